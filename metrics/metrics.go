@@ -1,0 +1,64 @@
+// Package metrics holds Baton's Prometheus collectors, in one place because both the
+// HTTP layer and the store update them. Every name starts with baton_; lock names
+// are never labels (their number is unbounded).
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Metrics is one process's set of collectors, on its own registry.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	Requests         *prometheus.CounterVec   // route, method, status
+	Duration         *prometheus.HistogramVec // route, method, status
+	Acquires         *prometheus.CounterVec   // outcome
+	Waiters          prometheus.Gauge
+	Handoff          prometheus.Histogram
+	RedisErrors      prometheus.Counter
+	PubSubReconnects prometheus.Counter
+}
+
+// New returns collectors registered on a fresh registry, with the Go runtime and
+// process collectors beside them.
+func New() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "baton_http_requests_total",
+			Help: "HTTP requests answered, by route pattern, method and status.",
+		}, []string{"route", "method", "status"}),
+		Duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "baton_http_request_duration_seconds",
+			Help:    "HTTP request latency, by route pattern, method and status. Long-polls included.",
+			Buckets: []float64{.0002, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"route", "method", "status"}),
+		Acquires: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "baton_acquires_total",
+			Help: "Acquire requests by outcome: granted, reentered, queued, held, not_held, too_many_waiters, error.",
+		}, []string{"outcome"}),
+		Waiters: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "baton_waiters",
+			Help: "Long-polls this process holds now (acquire waits, ticket polls, watches).",
+		}),
+		Handoff: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "baton_handoff_latency_seconds",
+			Help:    "Time from a lock being handed to a waiting request (or freed for it) to that request holding the lease.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+		}),
+		RedisErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "baton_redis_errors_total",
+			Help: "Redis calls that failed (unreachable, timeout, or an error reply).",
+		}),
+		PubSubReconnects: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "baton_pubsub_resubscribes_total",
+			Help: "Times the pub/sub connection was re-established and its waiters re-checked.",
+		}),
+	}
+	m.Registry.MustRegister(m.Requests, m.Duration, m.Acquires, m.Waiters, m.Handoff,
+		m.RedisErrors, m.PubSubReconnects,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}

@@ -1,0 +1,432 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/batonhq/baton/metrics"
+)
+
+// The dispatcher owns the process's one pub/sub connection. Subscriptions are
+// reference-counted per lock channel: the first local waiter of a lock subscribes,
+// the last one out unsubscribes. A waiter's first check happens only once Redis has
+// confirmed its channel's subscription, so no release can fall between the two.
+//
+// Messages are dispatched in-process: 'g:<ticket hash>…' wakes exactly that ticket's
+// waiter with its grant; 'r' wakes one non-fair waiter (no thundering herd); both
+// wake every watcher. Each channel also has a timer at the holder's expected lease
+// end, which pokes the lock (expiry runs no script). When the connection comes back
+// after a drop, go-redis resubscribes and every waiter of each channel re-checks.
+
+type waiterKind int
+
+const (
+	kindAcquire waiterKind = iota // non-fair acquire
+	kindTicket                    // a fair ticket's poll
+	kindWatch                     // a lock-state watch
+)
+
+// grantMsg is a handoff announced on the channel.
+type grantMsg struct {
+	fence   int64
+	at      time.Time
+	window  time.Duration
+	claimed bool // granted with the full ttl because the waiter was polling
+	owner   string
+}
+
+type waiter struct {
+	kind   waiterKind
+	th     string // ticket hash, for kindTicket
+	ch     *channel
+	signal chan struct{} // capacity 1: "look at your state"
+
+	// guarded by dispatcher.mu
+	recheck bool
+	grant   *grantMsg
+	woken   bool // kindAcquire: a release was passed to it and not yet taken
+}
+
+type channel struct {
+	name     string // lock name
+	key      string // channel name
+	waiters  []*waiter
+	ready    bool // the subscription is confirmed
+	timer    *time.Timer
+	deadline time.Time
+}
+
+type subOp struct {
+	sub bool
+	key string
+}
+
+type dispatcher struct {
+	ps   *redis.PubSub
+	poke func(ctx context.Context, name string) (held bool, pttl time.Duration, err error)
+	log  zerolog.Logger
+	m    *metrics.Metrics
+
+	mu       sync.Mutex
+	chans    map[string]*channel
+	inflight map[string]int // SUBSCRIBEs sent and not yet confirmed
+	ops      []subOp        // subscription changes waiting for the writer, in order
+	opsReady chan struct{}
+
+	done chan struct{}
+	wg   sync.WaitGroup
+}
+
+func newDispatcher(rdb redis.UniversalClient, poke func(context.Context, string) (bool, time.Duration, error), log zerolog.Logger, m *metrics.Metrics) *dispatcher {
+	d := &dispatcher{
+		ps:       rdb.Subscribe(context.Background()),
+		poke:     poke,
+		log:      log,
+		m:        m,
+		chans:    make(map[string]*channel),
+		inflight: make(map[string]int),
+		opsReady: make(chan struct{}, 1),
+		done:     make(chan struct{}),
+	}
+	d.wg.Add(2)
+	go d.receive()
+	go d.write()
+	return d
+}
+
+func (d *dispatcher) close() error {
+	select {
+	case <-d.done:
+		return nil
+	default:
+	}
+	close(d.done)
+	err := d.ps.Close()
+	d.wg.Wait()
+	d.mu.Lock()
+	for _, c := range d.chans {
+		c.stopTimer()
+	}
+	d.mu.Unlock()
+	return err
+}
+
+// add registers a waiter on the lock's channel. Its signal fires once the
+// subscription is confirmed (at once if it already is), and on every event for it.
+func (d *dispatcher) add(name, key string, kind waiterKind, th string) *waiter {
+	w := &waiter{kind: kind, th: th, signal: make(chan struct{}, 1)}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c := d.chans[key]
+	if c == nil {
+		c = &channel{name: name, key: key}
+		d.chans[key] = c
+		d.inflight[key]++
+		d.queueOp(subOp{sub: true, key: key})
+	}
+	w.ch = c
+	c.waiters = append(c.waiters, w)
+	if c.ready {
+		w.notify()
+	}
+	return w
+}
+
+// remove unregisters a waiter. A non-fair waiter that leaves holding a release it
+// did not act on passes it to the next one, so the wake is not lost.
+func (d *dispatcher) remove(w *waiter, forward bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c := w.ch
+	for i, x := range c.waiters {
+		if x == w {
+			c.waiters = append(c.waiters[:i:i], c.waiters[i+1:]...)
+			break
+		}
+	}
+	if w.kind == kindAcquire && (w.woken || forward) {
+		c.wakeOneAcquirer()
+	}
+	if len(c.waiters) == 0 && d.chans[c.key] == c {
+		delete(d.chans, c.key)
+		c.stopTimer()
+		d.queueOp(subOp{sub: false, key: c.key})
+	}
+}
+
+// take returns and clears what the waiter was signalled for.
+func (d *dispatcher) take(w *waiter) (recheck bool, g *grantMsg) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	recheck, g = w.recheck, w.grant
+	w.recheck, w.grant, w.woken = false, nil, false
+	return recheck, g
+}
+
+// observe arms the waiter's channel timer at the holder's remaining lease, if that
+// is sooner than the time already set.
+func (d *dispatcher) observe(w *waiter, pttl time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.chans[w.ch.key] == w.ch {
+		d.arm(w.ch, pttl)
+	}
+}
+
+// notify marks a re-check and signals; the caller holds dispatcher.mu.
+func (w *waiter) notify() {
+	w.recheck = true
+	select {
+	case w.signal <- struct{}{}:
+	default:
+	}
+}
+
+func (c *channel) wakeOneAcquirer() {
+	for _, w := range c.waiters {
+		if w.kind == kindAcquire && !w.woken {
+			w.woken = true
+			w.notify()
+			return
+		}
+	}
+}
+
+func (c *channel) stopTimer() {
+	if c.timer != nil {
+		c.timer.Stop()
+		c.timer = nil
+	}
+}
+
+// expiryMargin is how long after the expected lease end the poke runs: Redis
+// expires a key once its time has strictly passed.
+const expiryMargin = 2 * time.Millisecond
+
+// arm sets the channel's timer; the caller holds d.mu.
+func (d *dispatcher) arm(c *channel, pttl time.Duration) {
+	if pttl < 0 {
+		pttl = 0
+	}
+	at := time.Now().Add(pttl + expiryMargin)
+	if c.timer != nil {
+		if !c.deadline.After(at) {
+			return
+		}
+		c.timer.Stop()
+	}
+	c.deadline = at
+	c.timer = time.AfterFunc(time.Until(at), func() { d.fire(c) })
+}
+
+// fire pokes a lock whose holder's lease should have run out. The poke hands it on
+// and publishes; if it is still held (renewed, or a new holder), the timer is set
+// again to the new lease end.
+func (d *dispatcher) fire(c *channel) {
+	d.mu.Lock()
+	if d.chans[c.key] != c {
+		d.mu.Unlock()
+		return
+	}
+	c.timer = nil
+	d.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	held, pttl, err := d.poke(ctx, c.name)
+	cancel()
+
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.chans[c.key] != c {
+		return
+	}
+	switch {
+	case err != nil:
+		d.arm(c, 50*time.Millisecond)
+	case held:
+		d.arm(c, pttl)
+	}
+}
+
+func (d *dispatcher) queueOp(op subOp) {
+	d.ops = append(d.ops, op)
+	select {
+	case d.opsReady <- struct{}{}:
+	default:
+	}
+}
+
+// write sends subscription changes in the order they were made, off the caller's
+// path and outside d.mu, so a slow connection never blocks message dispatch.
+func (d *dispatcher) write() {
+	defer d.wg.Done()
+	for {
+		select {
+		case <-d.done:
+			return
+		case <-d.opsReady:
+		}
+		d.mu.Lock()
+		ops := d.ops
+		d.ops = nil
+		d.mu.Unlock()
+		for _, op := range ops {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			var err error
+			if op.sub {
+				err = d.ps.Subscribe(ctx, op.key)
+			} else {
+				err = d.ps.Unsubscribe(ctx, op.key)
+			}
+			cancel()
+			if err != nil && op.sub {
+				d.subscribeFailed(op.key)
+			}
+		}
+	}
+}
+
+// subscribeFailed lets the channel's waiters check once anyway; the subscription is
+// made again, and they re-check again, when the connection comes back.
+func (d *dispatcher) subscribeFailed(key string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.inflight[key] > 0 {
+		d.inflight[key]--
+	}
+	if d.inflight[key] == 0 {
+		delete(d.inflight, key)
+	}
+	if c := d.chans[key]; c != nil {
+		for _, w := range c.waiters {
+			w.notify()
+		}
+	}
+}
+
+// receive reads the pub/sub connection until close. go-redis reconnects and
+// resubscribes by itself after an error; the confirmations that follow make every
+// waiter of those channels re-check.
+func (d *dispatcher) receive() {
+	defer d.wg.Done()
+	backoff := 10 * time.Millisecond
+	ctx := context.Background()
+	for {
+		msg, err := d.ps.ReceiveTimeout(ctx, 15*time.Second)
+		select {
+		case <-d.done:
+			return
+		default:
+		}
+		if err != nil {
+			var nerr interface{ Timeout() bool }
+			if errors.As(err, &nerr) && nerr.Timeout() {
+				_ = d.ps.Ping(ctx) // keeps the connection honest; a dead one errors here
+				continue
+			}
+			d.log.Warn().Err(err).Msg("pub/sub connection lost; reconnecting")
+			select {
+			case <-d.done:
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, time.Second)
+			continue
+		}
+		backoff = 10 * time.Millisecond
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				d.confirmed(m.Channel)
+			}
+		case *redis.Message:
+			d.dispatch(m.Channel, m.Payload)
+		}
+	}
+}
+
+func (d *dispatcher) confirmed(key string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	resubscribe := d.inflight[key] == 0
+	if !resubscribe {
+		d.inflight[key]--
+		if d.inflight[key] > 0 {
+			return
+		}
+		delete(d.inflight, key)
+	}
+	c := d.chans[key]
+	if c == nil {
+		return
+	}
+	if resubscribe {
+		d.m.PubSubReconnects.Inc()
+	}
+	c.ready = true
+	for _, w := range c.waiters {
+		w.notify()
+	}
+}
+
+func (d *dispatcher) dispatch(key, payload string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	c := d.chans[key]
+	if c == nil {
+		return
+	}
+	var th string
+	var g *grantMsg
+	switch {
+	case payload == "r":
+		c.wakeOneAcquirer()
+	case strings.HasPrefix(payload, "g:"):
+		th, g = parseGrant(payload)
+		if g == nil {
+			d.log.Error().Msg("malformed grant message")
+			return
+		}
+		d.arm(c, g.window)
+	default:
+		return
+	}
+	for _, w := range c.waiters {
+		switch {
+		case w.kind == kindWatch:
+			w.notify()
+		case w.kind == kindTicket && g != nil && w.th == th:
+			w.grant = g
+			w.notify()
+		}
+	}
+}
+
+// parseGrant reads 'g:<ticket hash>:<fence>:<at>:<window>:<claimed>:<owner>'; the
+// owner comes last because it may itself contain ':'.
+func parseGrant(p string) (string, *grantMsg) {
+	f := strings.SplitN(p, ":", 7)
+	if len(f) != 7 {
+		return "", nil
+	}
+	fence, err1 := strconv.ParseInt(f[2], 10, 64)
+	at, err2 := strconv.ParseInt(f[3], 10, 64)
+	window, err3 := strconv.ParseInt(f[4], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return "", nil
+	}
+	return f[1], &grantMsg{
+		fence:   fence,
+		at:      fromMillis(at),
+		window:  time.Duration(window) * time.Millisecond,
+		claimed: f[5] == "1",
+		owner:   f[6],
+	}
+}
