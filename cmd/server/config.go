@@ -1,0 +1,50 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Config is read once from the environment (BATON_*); tests build it directly.
+type Config struct {
+	Addr            string        `envconfig:"ADDR" default:":8080"`
+	RedisURL        string        `envconfig:"REDIS_URL"`
+	KeyPrefix       string        `envconfig:"KEY_PREFIX" default:"baton"`
+	DefaultTTL      time.Duration `envconfig:"DEFAULT_TTL" default:"30s"`
+	MinTTL          time.Duration `envconfig:"MIN_TTL" default:"100ms"`
+	MaxTTL          time.Duration `envconfig:"MAX_TTL" default:"24h"`
+	MaxWait         time.Duration `envconfig:"MAX_WAIT" default:"60s"`
+	TicketTTL       time.Duration `envconfig:"TICKET_TTL" default:"10s"`
+	MaxWaiters      int           `envconfig:"MAX_WAITERS" default:"50000"`
+	LogLevel        string        `envconfig:"LOG_LEVEL" default:"info"`
+	LogFormat       string        `envconfig:"LOG_FORMAT" default:"json"`
+	ShutdownDelay   time.Duration `envconfig:"SHUTDOWN_DELAY" default:"1s"`
+	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"10s"`
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if c.MinTTL <= 0 || c.MinTTL > c.MaxTTL {
+		errs = append(errs, fmt.Errorf("BATON_MIN_TTL (%v) must be positive and at most BATON_MAX_TTL (%v)", c.MinTTL, c.MaxTTL))
+	}
+	if c.DefaultTTL < c.MinTTL || c.DefaultTTL > c.MaxTTL {
+		errs = append(errs, fmt.Errorf("BATON_DEFAULT_TTL (%v) must be between BATON_MIN_TTL and BATON_MAX_TTL", c.DefaultTTL))
+	}
+	if c.MaxWait < 0 {
+		errs = append(errs, errors.New("BATON_MAX_WAIT must not be negative"))
+	}
+	if c.TicketTTL < 100*time.Millisecond {
+		errs = append(errs, errors.New("BATON_TICKET_TTL must be at least 100ms"))
+	}
+	if c.MaxWaiters < 1 {
+		errs = append(errs, errors.New("BATON_MAX_WAITERS must be at least 1"))
+	}
+	if c.LogFormat != "json" && c.LogFormat != "console" {
+		errs = append(errs, errors.New("BATON_LOG_FORMAT must be json or console"))
+	}
+	if c.ShutdownDelay < 0 || c.ShutdownTimeout <= 0 {
+		errs = append(errs, errors.New("BATON_SHUTDOWN_DELAY must not be negative and BATON_SHUTDOWN_TIMEOUT must be positive"))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,141 @@
+// Command server runs Baton, the HTTP/JSON gateway to distributed locks in Redis.
+// Configuration comes from BATON_* environment variables (see the README).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/batonhq/baton/api"
+	"github.com/batonhq/baton/handlers"
+	"github.com/batonhq/baton/metrics"
+	"github.com/batonhq/baton/store"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "baton:", err)
+		os.Exit(1)
+	}
+}
+
+// run reads the configuration and serves until ctx ends.
+func run(ctx context.Context, logOut io.Writer) error {
+	var cfg Config
+	if err := envconfig.Process("baton", &cfg); err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	if err := cfg.validate(); err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	log, err := newLogger(cfg, logOut)
+	if err != nil {
+		return err
+	}
+	return serve(ctx, cfg, log, nil)
+}
+
+func newLogger(cfg Config, out io.Writer) (zerolog.Logger, error) {
+	level, err := zerolog.ParseLevel(cfg.LogLevel)
+	if err != nil {
+		return zerolog.Logger{}, fmt.Errorf("configuration: BATON_LOG_LEVEL: %w", err)
+	}
+	if cfg.LogFormat == "console" {
+		out = zerolog.ConsoleWriter{Out: out, TimeFormat: time.RFC3339}
+	}
+	return zerolog.New(out).Level(level).With().Timestamp().Logger(), nil
+}
+
+// serve runs the server until ctx ends, then shuts down: /readyz turns 503 and
+// long-polls are answered at once, new connections are still taken for
+// ShutdownDelay (so load balancers see the 503), then in-flight requests get up
+// to ShutdownTimeout to finish. listening, if set, is told the bound address.
+func serve(ctx context.Context, cfg Config, log zerolog.Logger, listening func(net.Addr)) error {
+	redis.SetLogger(redisLogger{log})
+	url := cfg.RedisURL
+	if url == "" {
+		embedCtx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		m, err := startEmbedded(embedCtx)
+		if err != nil {
+			return fmt.Errorf("embedded store: %w", err)
+		}
+		defer m.Close()
+		url = "redis://" + m.Addr()
+		log.Warn().Msg("BATON_REDIS_URL is empty: using the embedded in-process store. " +
+			"It is for trying Baton out (one process, nothing kept), never for production: set BATON_REDIS_URL.")
+	}
+	rdb, err := store.NewClient(url)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	met := metrics.New()
+	st := store.New(rdb, store.Options{
+		Prefix: cfg.KeyPrefix, TicketTTL: cfg.TicketTTL, MaxWaiters: cfg.MaxWaiters, Logger: log, Metrics: met,
+	})
+	defer st.Close()
+	if err := st.Ready(ctx); err != nil {
+		log.Warn().Err(err).Msg("redis is not ready yet; serving 503 until it is")
+	}
+
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Handler: handlers.NewServer(handlers.Deps{
+			Store:   st,
+			Limits:  handlers.Limits{DefaultTTL: cfg.DefaultTTL, MinTTL: cfg.MinTTL, MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait},
+			Logger:  log,
+			Metrics: met,
+			Spec:    api.Spec,
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+		WriteTimeout:      cfg.MaxWait + 30*time.Second,
+		IdleTimeout:       2 * time.Minute,
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	log.Info().Str("addr", ln.Addr().String()).Msg("listening")
+	if listening != nil {
+		listening(ln.Addr())
+	}
+
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info().Msg("shutting down: readiness off, long-polls answered")
+	st.Shutdown()
+	time.Sleep(cfg.ShutdownDelay) // keep answering (readyz 503) while load balancers notice
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	log.Info().Msg("stopped")
+	return nil
+}
+
+// redisLogger sends go-redis's own messages to the structured log.
+type redisLogger struct{ log zerolog.Logger }
+
+func (l redisLogger) Printf(_ context.Context, format string, v ...any) {
+	l.log.Warn().Str("component", "go-redis").Msgf(format, v...)
+}

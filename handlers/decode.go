@@ -1,0 +1,75 @@
+package handlers
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+)
+
+// maxBody is the largest request body accepted (413 above it).
+const maxBody = 16 << 10
+
+// decodeJSON reads an optional JSON object into dst: an empty body leaves dst as
+// it is (all defaults). It rejects a body over 16 KiB, a Content-Type other than
+// JSON, malformed JSON, unknown fields, wrong types and trailing data.
+func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		return err
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+			return errUnsupportedMedia
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		return decodeError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return &validationError{detail: "The body must hold one JSON object and nothing after it."}
+	}
+	return nil
+}
+
+func decodeError(err error) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return &validationError{detail: fmt.Sprintf("The body is not valid JSON (at byte %d).", syn.Offset)}
+	case errors.As(err, &typ):
+		if typ.Field == "" {
+			return &validationError{detail: "The body must be a JSON object."}
+		}
+		return invalid(typ.Field, "must be "+jsonType(typ.Type.Kind().String()))
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		return invalid(field, "unknown field")
+	default:
+		return &validationError{detail: "The body is not valid JSON."}
+	}
+}
+
+func jsonType(goKind string) string {
+	switch goKind {
+	case "int64", "int", "ptr":
+		return "an integer"
+	case "bool":
+		return "true or false"
+	case "string":
+		return "a string"
+	default:
+		return "of another type"
+	}
+}

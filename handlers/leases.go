@@ -1,0 +1,75 @@
+package handlers
+
+import (
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+)
+
+// getLease serves GET /v1/locks/{name}/leases/{lease}.
+func (s *server) getLease() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name, err := lockName(r)
+		if err == nil {
+			err = checkQuery(r)
+		}
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		l, err := s.store.Lease(r.Context(), name, chi.URLParam(r, "lease"))
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, viewLease(l))
+	})
+}
+
+// renew serves PATCH /v1/locks/{name}/leases/{lease}.
+func (s *server) renew() http.Handler {
+	type request struct {
+		TTLms *int64 `json:"ttl_ms"`
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name, err := lockName(r)
+		if err == nil {
+			err = checkQuery(r)
+		}
+		var req request
+		if err == nil {
+			err = decodeJSON(w, r, &req)
+		}
+		ttl, err := s.limits.ttlOr(req.TTLms, err)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		l, err := s.store.Renew(r.Context(), name, chi.URLParam(r, "lease"), ttl)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, viewLease(l))
+	})
+}
+
+// release serves DELETE /v1/locks/{name}/leases/{lease}.
+func (s *server) release() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name, err := lockName(r)
+		if err == nil {
+			err = checkQuery(r)
+		}
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		rel, err := s.store.Release(r.Context(), name, chi.URLParam(r, "lease"))
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, releaseView{Name: rel.Name, Count: rel.Count, Released: rel.Released})
+	})
+}

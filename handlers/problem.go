@@ -1,0 +1,108 @@
+package handlers
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/rs/zerolog"
+
+	"github.com/batonhq/baton/store"
+)
+
+// problem is an RFC 9457 body. The lock-held fields appear only on 423.
+type problem struct {
+	Type    string            `json:"type"`
+	Title   string            `json:"title"`
+	Status  int               `json:"status"`
+	Detail  string            `json:"detail"`
+	Errors  map[string]string `json:"errors,omitempty"`
+	TTLms   *int64            `json:"ttl_ms,omitempty"`
+	Owner   *string           `json:"owner,omitempty"`
+	Waiters *int              `json:"waiters,omitempty"`
+}
+
+// Errors the HTTP layer itself raises; everything else comes from the store.
+var (
+	errInvalidName      = errors.New("invalid lock name")
+	errUnsupportedMedia = errors.New("unsupported media type")
+	errNotFound         = errors.New("no such route")
+	errMethodNotAllowed = errors.New("method not allowed")
+)
+
+// validationError is a 400 invalid-request; fields maps each bad field to why.
+type validationError struct {
+	detail string
+	fields map[string]string
+}
+
+func (e *validationError) Error() string { return "invalid request: " + e.detail }
+
+func invalid(field, msg string) *validationError {
+	return &validationError{detail: "The request has invalid fields.", fields: map[string]string{field: msg}}
+}
+
+// writeError is the one place that turns an error into a status and a problem
+// body. Only internal errors are logged in full; Redis trouble is logged as a
+// warning without the client's request details.
+func writeError(w http.ResponseWriter, r *http.Request, log *zerolog.Logger, err error) {
+	p := problem{}
+	var verr *validationError
+	var held *store.HeldError
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &verr):
+		p = kind("invalid-request", 400, "Invalid request", verr.detail)
+		p.Errors = verr.fields
+	case errors.Is(err, errInvalidName):
+		p = kind("invalid-name", 400, "Invalid lock name",
+			"Lock names are 1 to 200 characters of A-Z, a-z, 0-9, '.', '_', ':' and '-'.")
+	case errors.As(err, &tooLarge):
+		p = kind("body-too-large", 413, "Body too large", "Request bodies are limited to 16 KiB.")
+	case errors.Is(err, errUnsupportedMedia):
+		p = kind("unsupported-media-type", 415, "Unsupported media type",
+			"Send the body as JSON with Content-Type: application/json.")
+	case errors.Is(err, store.ErrLeaseNotHeld):
+		p = kind("lease-not-held", 404, "Lease not held",
+			"This lease is not held: it expired, was released, was taken by force, or never existed.")
+	case errors.Is(err, store.ErrTicketGone):
+		p = kind("ticket-gone", 410, "Ticket gone",
+			"This ticket is no longer queued: it expired, was cancelled, or never existed.")
+	case errors.As(err, &held):
+		p = kind("lock-held", 423, "Lock held", "The lock is held by someone else and was not granted within wait_ms.")
+		ttl := held.TTL.Milliseconds()
+		p.TTLms, p.Owner, p.Waiters = &ttl, &held.Owner, &held.Waiters
+		w.Header().Set("Retry-After", strconv.FormatInt(max(1, (ttl+999)/1000), 10))
+	case errors.Is(err, store.ErrTooManyWaiters):
+		p = kind("too-many-waiters", 429, "Too many waiters",
+			"This server holds its maximum number of waiting requests; retry shortly.")
+		w.Header().Set("Retry-After", "1")
+	case errors.Is(err, store.ErrUnavailable):
+		p = kind("store-unavailable", 503, "Store unavailable",
+			"The lock store cannot be reached, or the server is shutting down; retry shortly.")
+		w.Header().Set("Retry-After", "1")
+		log.Warn().Err(err).Msg("store unavailable")
+	case errors.Is(err, errNotFound):
+		p = kind("not-found", 404, "Not found", "No such resource; see /openapi.yaml for the API.")
+	case errors.Is(err, errMethodNotAllowed):
+		p = kind("method-not-allowed", 405, "Method not allowed", "This resource does not support this method; see the Allow header.")
+	default:
+		p = kind("internal", 500, "Internal error", "Something went wrong on our side; the request id identifies it in our logs.")
+		log.Error().Err(err).Msg("internal error")
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(p.Status)
+	_ = json.NewEncoder(w).Encode(p)
+}
+
+func kind(name string, status int, title, detail string) problem {
+	return problem{Type: "/problems/" + name, Title: title, Status: status, Detail: detail}
+}
+
+// writeJSON writes a success body.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,93 @@
+// Package handlers is Baton's HTTP layer: the routes of api/openapi.yaml, JSON
+// decoding and validation, problem+json errors and long-poll plumbing. It talks to
+// the lock store through the Locker interface it owns.
+package handlers
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+
+	"github.com/batonhq/baton/metrics"
+	"github.com/batonhq/baton/store"
+)
+
+// Locker is what the HTTP layer needs of the lock store.
+type Locker interface {
+	Acquire(ctx context.Context, r store.AcquireRequest) (store.AcquireResult, error)
+	Lease(ctx context.Context, name, lease string) (*store.Lease, error)
+	Renew(ctx context.Context, name, lease string, ttl time.Duration) (*store.Lease, error)
+	Release(ctx context.Context, name, lease string) (store.Release, error)
+	Force(ctx context.Context, name string) (bool, error)
+	Watch(ctx context.Context, name string, fence *int64, wait time.Duration) (store.State, error)
+	Poll(ctx context.Context, name, ticket string, wait time.Duration) (store.PollResult, error)
+	Cancel(ctx context.Context, name, ticket string) error
+	Ready(ctx context.Context) error
+}
+
+// Deps are the server's dependencies.
+type Deps struct {
+	Store   Locker
+	Limits  Limits
+	Logger  zerolog.Logger
+	Metrics *metrics.Metrics
+	Spec    []byte // api/openapi.yaml, served at /openapi.yaml
+}
+
+type server struct {
+	store  Locker
+	limits Limits
+	log    zerolog.Logger
+	m      *metrics.Metrics
+	spec   []byte
+}
+
+// NewServer returns the HTTP handler for the whole API. Every route is here, in
+// the order of api/openapi.yaml.
+func NewServer(d Deps) http.Handler {
+	s := &server{store: d.Store, limits: d.Limits, log: d.Logger, m: d.Metrics, spec: d.Spec}
+	r := chi.NewRouter()
+	r.Use(s.requestID, s.observe, s.recoverer)
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) { s.fail(w, r, errNotFound) })
+	r.MethodNotAllowed(s.methodNotAllowed(r))
+
+	r.Method(http.MethodPost, "/v1/locks/{name}", s.acquire())
+	r.Method(http.MethodGet, "/v1/locks/{name}", s.state())
+	r.Method(http.MethodDelete, "/v1/locks/{name}", s.force())
+	r.Method(http.MethodGet, "/v1/locks/{name}/leases/{lease}", s.getLease())
+	r.Method(http.MethodPatch, "/v1/locks/{name}/leases/{lease}", s.renew())
+	r.Method(http.MethodDelete, "/v1/locks/{name}/leases/{lease}", s.release())
+	r.Method(http.MethodGet, "/v1/locks/{name}/tickets/{ticket}", s.poll())
+	r.Method(http.MethodDelete, "/v1/locks/{name}/tickets/{ticket}", s.cancel())
+
+	r.Method(http.MethodGet, "/livez", s.livez())
+	r.Method(http.MethodGet, "/readyz", s.readyz())
+	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{}))
+	r.Method(http.MethodGet, "/openapi.yaml", s.openapi())
+	return r
+}
+
+// fail hands an error to the one problem writer.
+func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	writeError(w, r, zerolog.Ctx(r.Context()), err)
+}
+
+// methodNotAllowed answers 405 with the Allow header chi leaves to custom handlers.
+func (s *server) methodNotAllowed(mux *chi.Mux) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var allow []string
+		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPatch, http.MethodDelete} {
+			if mux.Match(chi.NewRouteContext(), m, r.URL.Path) {
+				allow = append(allow, m)
+			}
+		}
+		for _, m := range allow {
+			w.Header().Add("Allow", m)
+		}
+		s.fail(w, r, errMethodNotAllowed)
+	}
+}

@@ -1,0 +1,51 @@
+package handlers
+
+import (
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+)
+
+// poll serves GET /v1/locks/{name}/tickets/{ticket}: 200 with the lease once
+// granted, 202 with the ticket while it waits.
+func (s *server) poll() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name, err := lockName(r)
+		var p longPoll
+		if err == nil {
+			p, err = s.longPoll(r, false)
+		}
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		p.apply(w)
+		res, err := s.store.Poll(r.Context(), name, chi.URLParam(r, "ticket"), p.wait)
+		switch {
+		case err != nil:
+			s.fail(w, r, err)
+		case res.Lease != nil:
+			writeJSON(w, http.StatusOK, viewLease(res.Lease))
+		default:
+			writeJSON(w, http.StatusAccepted, viewTicket(res.Ticket))
+		}
+	})
+}
+
+// cancel serves DELETE /v1/locks/{name}/tickets/{ticket}.
+func (s *server) cancel() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name, err := lockName(r)
+		if err == nil {
+			err = checkQuery(r)
+		}
+		if err == nil {
+			err = s.store.Cancel(r.Context(), name, chi.URLParam(r, "ticket"))
+		}
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+}
