@@ -2,7 +2,7 @@
 # `make test` installs what it needs and runs the whole suite.
 GO     ?= go
 
-.PHONY: run build test lint vet fmt-check spec-lint deps tools-redis clean
+.PHONY: run build test lint vet fmt-check spec-lint deps tools-test clean
 
 run: deps
 	$(GO) run ./cmd/server
@@ -13,10 +13,12 @@ build: deps
 deps:
 	$(GO) mod download
 
-tools-redis:
+# The tests start real redis-servers; the README quickstart test runs curl.
+tools-test:
 	@scripts/need.sh redis-server redis-server
+	@scripts/need.sh curl curl
 
-test: deps tools-redis fmt-check vet
+test: deps tools-test fmt-check vet
 	$(GO) test -race -count=1 -timeout 15m ./...
 
 lint: fmt-check vet spec-lint
