@@ -1,0 +1,321 @@
+package handlers_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/batonhq/baton/api"
+	"github.com/batonhq/baton/handlers"
+	"github.com/batonhq/baton/internal/redistest"
+	"github.com/batonhq/baton/metrics"
+	"github.com/batonhq/baton/store"
+)
+
+// The HTTP tests run the whole stack (handlers, store, real redis-server) and
+// validate every request and response against api/openapi.yaml.
+
+var (
+	sharedRedis *redistest.Server
+	specRouter  routers.Router
+)
+
+func TestMain(m *testing.M) {
+	doc, err := openapi3.NewLoader().LoadFromData(api.Spec)
+	if err == nil {
+		err = doc.Validate(context.Background())
+	}
+	if err == nil {
+		specRouter, err = gorillamux.NewRouter(doc)
+	}
+	if err != nil {
+		println("api/openapi.yaml:", err.Error())
+		os.Exit(2)
+	}
+	s, stop := redistest.MustStartMain()
+	sharedRedis = s
+	code := m.Run()
+	stop()
+	os.Exit(code)
+}
+
+// syncBuffer collects log output from many goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// env is one Baton server (handlers + store) over httptest, on a Redis of its own
+// or the shared one, with a key prefix of its own.
+type env struct {
+	t       *testing.T
+	URL     string
+	Store   *store.Store
+	Redis   *redis.Client // plain client for inspecting Redis
+	Server  *redistest.Server
+	Prefix  string
+	Logs    *syncBuffer
+	Metrics *metrics.Metrics
+	client  *http.Client
+}
+
+// envOptions tune newEnv; zero values are the defaults of API.md.
+type envOptions struct {
+	Redis      *redistest.Server // default: the shared one
+	Prefix     string            // default: fresh per env
+	Limits     handlers.Limits
+	TicketTTL  time.Duration
+	MaxWaiters int
+}
+
+var prefixSeq atomic.Int64
+
+func newEnv(t *testing.T, o envOptions) *env {
+	t.Helper()
+	if o.Redis == nil {
+		o.Redis = sharedRedis
+	}
+	if o.Prefix == "" {
+		o.Prefix = "h" + strconv.FormatInt(prefixSeq.Add(1), 10) + "x" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+	}
+	if o.Limits == (handlers.Limits{}) {
+		o.Limits = handlers.Limits{DefaultTTL: 30 * time.Second, MinTTL: 100 * time.Millisecond, MaxTTL: 24 * time.Hour, MaxWait: 60 * time.Second}
+	}
+	rdb, err := store.NewClient(o.Redis.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	log := zerolog.New(logs)
+	m := metrics.New()
+	st := store.New(rdb, store.Options{Prefix: o.Prefix, TicketTTL: o.TicketTTL, MaxWaiters: o.MaxWaiters, Logger: log, Metrics: m})
+	h := handlers.NewServer(handlers.Deps{Store: st, Limits: o.Limits, Logger: log, Metrics: m, Spec: api.Spec})
+	srv := httptest.NewServer(h)
+	e := &env{t: t, URL: srv.URL, Store: st, Redis: o.Redis.Client(t), Server: o.Redis, Prefix: o.Prefix,
+		Logs: logs, Metrics: m, client: &http.Client{Timeout: 90 * time.Second}}
+	t.Cleanup(func() {
+		st.Shutdown()
+		srv.Close()
+		_ = st.Close()
+		_ = rdb.Close()
+		if t.Failed() {
+			t.Logf("server log:\n%s", logs.String())
+		}
+	})
+	return e
+}
+
+// resp is a response whose body has been read and validated against the spec.
+type resp struct {
+	Status int
+	Header http.Header
+	Raw    []byte
+	Body   map[string]any
+}
+
+// Str, Int and Bool read top-level body fields.
+func (r *resp) Str(k string) string { s, _ := r.Body[k].(string); return s }
+func (r *resp) Int(k string) int64  { f, _ := r.Body[k].(json.Number); n, _ := f.Int64(); return n }
+func (r *resp) Bool(k string) bool  { b, _ := r.Body[k].(bool); return b }
+
+// req is a request to send; Body is marshalled to JSON unless it is a string or []byte.
+type req struct {
+	Method  string
+	Path    string
+	Body    any
+	Header  map[string]string
+	Context context.Context
+}
+
+// do sends a request, validates it and its response against api/openapi.yaml, and
+// fails the test on any mismatch.
+func (e *env) do(r req) *resp {
+	e.t.Helper()
+	res, err := e.try(r)
+	if err != nil {
+		e.t.Fatalf("%s %s: %v", r.Method, r.Path, err)
+	}
+	return res
+}
+
+// try is do without failing on transport errors (for requests a test cancels).
+func (e *env) try(r req) (*resp, error) {
+	e.t.Helper()
+	var body []byte
+	switch b := r.Body.(type) {
+	case nil:
+	case string:
+		body = []byte(b)
+	case []byte:
+		body = b
+	default:
+		var err error
+		if body, err = json.Marshal(b); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	ctx := r.Context
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	hr, err := http.NewRequestWithContext(ctx, r.Method, e.URL+r.Path, bytes.NewReader(body))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if body != nil {
+		hr.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range r.Header {
+		if v == "" {
+			hr.Header.Del(k)
+		} else {
+			hr.Header.Set(k, v)
+		}
+	}
+	hres, err := e.client.Do(hr)
+	if err != nil {
+		return nil, err
+	}
+	defer hres.Body.Close()
+	raw, err := io.ReadAll(hres.Body)
+	if err != nil {
+		return nil, err
+	}
+	out := &resp{Status: hres.StatusCode, Header: hres.Header, Raw: raw}
+	if len(raw) > 0 && strings.Contains(hres.Header.Get("Content-Type"), "json") {
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.UseNumber()
+		if err := dec.Decode(&out.Body); err != nil {
+			e.t.Errorf("%s %s: body is not JSON: %v: %q", r.Method, r.Path, err, raw)
+		}
+	}
+	e.validate(hr, body, out)
+	return out, nil
+}
+
+// validate checks the response (status, headers, body) against the spec, and the
+// headers every response must carry.
+func (e *env) validate(hr *http.Request, body []byte, out *resp) {
+	e.t.Helper()
+	if out.Header.Get("Cache-Control") != "no-store" {
+		e.t.Errorf("%s %s: Cache-Control %q, want no-store", hr.Method, hr.URL.Path, out.Header.Get("Cache-Control"))
+	}
+	if out.Header.Get("X-Request-Id") == "" {
+		e.t.Errorf("%s %s: no X-Request-Id", hr.Method, hr.URL.Path)
+	}
+	vr := hr.Clone(context.Background())
+	vr.Body = io.NopCloser(bytes.NewReader(body))
+	route, params, err := specRouter.FindRoute(vr)
+	if err != nil {
+		if out.Status == http.StatusNotFound || out.Status == http.StatusMethodNotAllowed {
+			return // a route the spec does not have, answered as such
+		}
+		e.t.Errorf("%s %s: not in api/openapi.yaml: %v", hr.Method, hr.URL.Path, err)
+		return
+	}
+	in := &openapi3filter.RequestValidationInput{
+		Request: vr, PathParams: params, Route: route,
+		Options: &openapi3filter.Options{ExcludeRequestBody: true, ExcludeRequestQueryParams: true, AuthenticationFunc: openapi3filter.NoopAuthenticationFunc},
+	}
+	rv := &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: in,
+		Status:                 out.Status,
+		Header:                 out.Header,
+		Body:                   io.NopCloser(bytes.NewReader(out.Raw)),
+		Options:                &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true},
+	}
+	if err := openapi3filter.ValidateResponse(context.Background(), rv); err != nil {
+		e.t.Errorf("%s %s: response %d does not match api/openapi.yaml: %v\nbody: %s", hr.Method, hr.URL.Path, out.Status, err, out.Raw)
+	}
+}
+
+// keys lists every Redis key of this env's prefix.
+func (e *env) keys() []string {
+	e.t.Helper()
+	keys, err := e.Redis.Keys(context.Background(), e.Prefix+":*").Result()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return keys
+}
+
+// snapshot is every key of this env's prefix with its type and value, to compare
+// Redis before and after a request.
+func (e *env) snapshot() map[string]string {
+	e.t.Helper()
+	ctx := context.Background()
+	out := map[string]string{}
+	for _, k := range e.keys() {
+		typ := e.Redis.Type(ctx, k).Val()
+		var v any
+		switch typ {
+		case "string":
+			v = e.Redis.Get(ctx, k).Val()
+		case "hash":
+			v = e.Redis.HGetAll(ctx, k).Val()
+		case "zset":
+			v = e.Redis.ZRangeWithScores(ctx, k, 0, -1).Val()
+		}
+		b, _ := json.Marshal(v)
+		out[k] = typ + " " + string(b)
+	}
+	return out
+}
+
+// acquire takes a lock that must be free and returns the lease response.
+func (e *env) acquire(name string, body map[string]any) *resp {
+	e.t.Helper()
+	r := e.do(req{Method: "POST", Path: "/v1/locks/" + name, Body: body})
+	if r.Status != http.StatusCreated {
+		e.t.Fatalf("acquire %s: status %d: %s", name, r.Status, r.Raw)
+	}
+	return r
+}
+
+// wantStatus fails unless the response has the status (and, for problems, the kind).
+func wantStatus(t *testing.T, r *resp, status int, kind string) {
+	t.Helper()
+	if r.Status != status {
+		t.Fatalf("status %d, want %d: %s", r.Status, status, r.Raw)
+	}
+	if kind != "" {
+		if got := r.Str("type"); got != "/problems/"+kind {
+			t.Fatalf("problem type %q, want /problems/%s: %s", got, kind, r.Raw)
+		}
+		if r.Header.Get("Content-Type") != "application/problem+json" {
+			t.Fatalf("Content-Type %q, want application/problem+json", r.Header.Get("Content-Type"))
+		}
+		if r.Int("status") != int64(status) {
+			t.Fatalf("problem status %d, want %d", r.Int("status"), status)
+		}
+	}
+}
