@@ -1,0 +1,117 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// AcquireOptions are the fields of an acquire request. Zero values are left out,
+// so the server's defaults apply (30s ttl, no wait, not fair, no owner).
+type AcquireOptions struct {
+	TTL   time.Duration // lease length; 0 means the server default
+	Wait  time.Duration // how long the request may block for the lock; 0 answers at once
+	Fair  bool          // if not granted within Wait, queue and return a Ticket instead of ErrLockHeld
+	Owner string        // a label shown in the lock's state, at most 128 characters
+	Lease string        // re-enter: a lease id already held on this lock
+}
+
+type acquireJSON struct {
+	TTLms  int64  `json:"ttl_ms,omitempty"`
+	WaitMs int64  `json:"wait_ms,omitempty"`
+	Fair   bool   `json:"fair,omitempty"`
+	Owner  string `json:"owner,omitempty"`
+	Lease  string `json:"lease,omitempty"`
+}
+
+// Acquire asks for the lock name. It returns a new Lease when granted, the
+// re-entered Lease (Reentered set) when o.Lease is given and still held, or a
+// Ticket when o.Fair is set and the lock was not granted within o.Wait. Errors:
+// a *Problem matching ErrLockHeld (held by someone else after the wait; see its
+// TTL, Owner and RetryAfter), ErrLeaseNotHeld (o.Lease is not held),
+// ErrInvalid, ErrTooManyWaiters or ErrUnavailable; ErrUnexpectedResponse; or a
+// transport error, such as ctx's.
+func (c *Client) Acquire(ctx context.Context, name string, o AcquireOptions) (*AcquireResult, error) {
+	body, err := json.Marshal(acquireJSON{TTLms: millis(o.TTL), WaitMs: millis(o.Wait), Fair: o.Fair, Owner: o.Owner, Lease: o.Lease})
+	if err != nil {
+		return nil, fmt.Errorf("acquire %q: %w", name, err)
+	}
+	res := &AcquireResult{}
+	err = c.send(ctx, http.MethodPost, lockPath(name), body, func(status int, b []byte) (err error) {
+		switch status {
+		case http.StatusCreated, http.StatusOK:
+			res.Reentered = status == http.StatusOK
+			res.Lease, err = decodeLease(b)
+		case http.StatusAccepted:
+			res.Ticket, err = decodeTicket(b)
+		default:
+			err = unexpected(status)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("acquire %q: %w", name, err)
+	}
+	return res, nil
+}
+
+// State returns the lock's state at once. A lock that is not held is a
+// LockState with Held false, not an error. Errors: a *Problem matching ErrInvalid
+// (a bad name) or ErrUnavailable; ErrUnexpectedResponse; or a transport error.
+func (c *Client) State(ctx context.Context, name string) (*LockState, error) {
+	return c.watch(ctx, "state", name, 0, nil)
+}
+
+// Watch long-polls the lock: it blocks up to wait while the lock is held with
+// fence (nil: the fence it has when the request arrives) and returns the state
+// as soon as the lock is released, expires or changes hands, or when wait
+// elapses. Errors: a *Problem matching ErrInvalid (a bad name, or a wait above
+// the server's maximum), ErrTooManyWaiters or ErrUnavailable;
+// ErrUnexpectedResponse; or a transport error, such as ctx's.
+func (c *Client) Watch(ctx context.Context, name string, wait time.Duration, fence *int64) (*LockState, error) {
+	return c.watch(ctx, "watch", name, wait, fence)
+}
+
+func (c *Client) watch(ctx context.Context, op, name string, wait time.Duration, fence *int64) (*LockState, error) {
+	target := lockPath(name) + waitQuery(wait)
+	if fence != nil {
+		sep := "?"
+		if wait != 0 {
+			sep = "&"
+		}
+		target += sep + "fence=" + strconv.FormatInt(*fence, 10)
+	}
+	var st *LockState
+	err := c.send(ctx, http.MethodGet, target, nil, func(status int, b []byte) (err error) {
+		if status != http.StatusOK {
+			return unexpected(status)
+		}
+		st, err = decodeState(b)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s %q: %w", op, name, err)
+	}
+	return st, nil
+}
+
+// ForceRelease frees the lock whoever holds it; the next queued ticket, if any,
+// is granted. It reports whether a holder was removed (false: the lock was not
+// held). Errors: a *Problem matching ErrInvalid or ErrUnavailable;
+// ErrUnexpectedResponse; or a transport error.
+func (c *Client) ForceRelease(ctx context.Context, name string) (bool, error) {
+	var v releasedJSON
+	err := c.send(ctx, http.MethodDelete, lockPath(name)+"?force=true", nil, func(status int, b []byte) error {
+		if status != http.StatusOK {
+			return unexpected(status)
+		}
+		return unmarshal(b, &v)
+	})
+	if err != nil {
+		return false, fmt.Errorf("force release %q: %w", name, err)
+	}
+	return v.Released, nil
+}
