@@ -314,9 +314,15 @@ func (d *dispatcher) subscribeFailed(key string) {
 // receive reads the pub/sub connection until close. go-redis reconnects and
 // resubscribes by itself after an error; the confirmations that follow make every
 // waiter of those channels re-check.
+//
+// The pause after an error stays short: go-redis has usually re-established the
+// connection already when the error comes back, and nothing is read (no
+// confirmation, no release) while this loop sleeps, so the pause is how long a
+// waiter may sleep through a free lock once Redis is back.
 func (d *dispatcher) receive() {
 	defer d.wg.Done()
-	backoff := 10 * time.Millisecond
+	const minBackoff, maxBackoff = 10 * time.Millisecond, 100 * time.Millisecond
+	backoff := minBackoff
 	ctx := context.Background()
 	for {
 		msg, err := d.ps.ReceiveTimeout(ctx, 15*time.Second)
@@ -331,16 +337,18 @@ func (d *dispatcher) receive() {
 				_ = d.ps.Ping(ctx) // keeps the connection honest; a dead one errors here
 				continue
 			}
-			d.log.Warn().Err(err).Msg("pub/sub connection lost; reconnecting")
+			if backoff == minBackoff { // once per outage, not on every retry
+				d.log.Warn().Err(err).Msg("pub/sub connection lost; reconnecting")
+			}
 			select {
 			case <-d.done:
 				return
 			case <-time.After(backoff):
 			}
-			backoff = min(backoff*2, time.Second)
+			backoff = min(backoff*2, maxBackoff)
 			continue
 		}
-		backoff = 10 * time.Millisecond
+		backoff = minBackoff
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			if m.Kind == "subscribe" {
