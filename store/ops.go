@@ -30,7 +30,10 @@ func (s *Store) Acquire(ctx context.Context, r AcquireRequest) (AcquireResult, e
 	} else {
 		keys = append(keys, keys[0])
 	}
-	rep, err := s.run(ctx, s.acquire, "acquire", keys, false,
+	// Retried when the connection breaks: the script knows its own lease and
+	// ticket hashes, so a second run answers the first one's grant or ticket
+	// instead of leaving a lock held by a lease nobody was told of.
+	rep, err := s.run(ctx, s.acquire, "acquire", keys, true,
 		lh, ms(r.TTL), r.Owner, mode, th, tlh, ms(s.opt.TicketTTL), 0)
 	if err != nil {
 		s.count("error")

@@ -39,7 +39,8 @@ func (s *Store) waitLock(ctx context.Context, r AcquireRequest, id string, held 
 		s.disp.take(w)
 		woke := time.Now()
 		forward = true // until this try has an answer, a release it was given is not lost
-		rep, err := s.run(ctx, s.acquire, "acquire", keys, false,
+		// Retried when the connection breaks: idempotent, see Acquire.
+		rep, err := s.run(ctx, s.acquire, "acquire", keys, true,
 			lh, ms(r.TTL), r.Owner, "new", "", "", 0, 0)
 		if err != nil {
 			s.count("error")
@@ -75,7 +76,8 @@ func (s *Store) waitFair(ctx context.Context, r AcquireRequest, id string) (Acqu
 	keys := append(s.keys(r.Name), s.ticketKey(r.Name, th))
 	until := time.Now().Add(r.Wait)
 	enqueue := func(ctx context.Context, poll time.Duration) (reply, error) {
-		return s.run(ctx, s.acquire, "acquire", keys, false,
+		// Retried when the connection breaks: idempotent, see Acquire.
+		return s.run(ctx, s.acquire, "acquire", keys, true,
 			hashID(id), ms(r.TTL), r.Owner, "fair", th, hashID(ticketLease(tid)), ms(s.opt.TicketTTL), ms(poll))
 	}
 	res, err := s.awaitTicket(ctx, r.Name, tid, until, enqueue)
