@@ -91,6 +91,7 @@ type env struct {
 // envOptions tune newEnv; zero values are the defaults of API.md.
 type envOptions struct {
 	Redis      *redistest.Server // default: the shared one
+	RedisURL   string            // where the store connects, e.g. a proxy in front of Redis; default: Redis's URL
 	Prefix     string            // default: fresh per env
 	Limits     handlers.Limits
 	TicketTTL  time.Duration
@@ -110,7 +111,10 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if o.Limits == (handlers.Limits{}) {
 		o.Limits = handlers.Limits{DefaultTTL: 30 * time.Second, MinTTL: 100 * time.Millisecond, MaxTTL: 24 * time.Hour, MaxWait: 60 * time.Second}
 	}
-	rdb, err := store.NewClient(o.Redis.URL())
+	if o.RedisURL == "" {
+		o.RedisURL = o.Redis.URL()
+	}
+	rdb, err := store.NewClient(o.RedisURL)
 	if err != nil {
 		t.Fatal(err)
 	}
