@@ -17,6 +17,8 @@
 --   {'not_held'}                                            mode 'reenter', lease not held
 --   {'busy', pttl, owner, waiters}                          held by someone else, or queued waiters first
 --   {'queued', position, waiters, pttl, ticket ttl}         mode 'fair', ticket created
+--   {'ticket_granted', fence, count, pttl, at, owner, ttl, now}  mode 'fair' retried after
+--                                                           its ticket was granted
 local now = now_ms()
 local lh, ttl, owner, mode = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 
@@ -41,6 +43,10 @@ end
 
 if mode == 'fair' then
   local th, tkey = ARGV[5], KEYS[4]
+  if redis.call('HGET', lock, 'lease') == ARGV[6] then
+    -- A retried request whose ticket was granted in between: never queue it again.
+    return lease_reply('ticket_granted', now)
+  end
   if redis.call('EXISTS', tkey) == 0 then
     local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
     local seq = 1

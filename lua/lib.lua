@@ -94,13 +94,15 @@ local function handoff(now)
   return true
 end
 
--- settle hands a lock that expired (expiry runs no script) to the head live ticket.
--- Returns true when the lock is held afterwards.
+-- settle drops dead tickets from the head of the queue and hands a lock that
+-- expired (expiry runs no script) to the head live ticket. Returns true when the
+-- lock is held afterwards.
 local function settle(now)
+  local th = head_ticket()
   if redis.call('EXISTS', lock) == 1 then
     return true
   end
-  if head_ticket() == nil then
+  if th == nil then
     return false
   end
   return handoff(now)

@@ -46,6 +46,9 @@ func (s *Store) Acquire(ctx context.Context, r AcquireRequest) (AcquireResult, e
 	case "queued":
 		s.count("queued")
 		return AcquireResult{Ticket: rep.ticket(r.Name, tid)}, nil
+	case "ticket_granted":
+		s.count("granted")
+		return AcquireResult{Lease: rep.lease(r.Name, ticketLease(tid))}, nil
 	case "busy":
 		held := rep.held()
 		if r.Wait <= 0 || s.shuttingDown() {

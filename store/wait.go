@@ -126,7 +126,7 @@ func (s *Store) pollOnce(ctx context.Context, name, ticket string, poll time.Dur
 
 func ticketResult(name, ticket string, rep reply) (PollResult, error) {
 	switch rep.code {
-	case "granted":
+	case "granted", "ticket_granted":
 		id := ticketLease(ticket)
 		return PollResult{Lease: rep.lease(name, id)}, nil
 	case "queued":
