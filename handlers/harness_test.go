@@ -243,6 +243,9 @@ func (e *env) validate(hr *http.Request, body []byte, out *resp) {
 		if out.Status == http.StatusNotFound || out.Status == http.StatusMethodNotAllowed {
 			return // a route the spec does not have, answered as such
 		}
+		if strings.Contains(hr.URL.Path, "//") && out.Status == http.StatusBadRequest && out.Str("type") == "/problems/invalid-name" {
+			return // an empty {name} segment: the spec cannot route it, the server rejects it
+		}
 		e.t.Errorf("%s %s: not in api/openapi.yaml: %v", hr.Method, hr.URL.Path, err)
 		return
 	}
