@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -42,7 +43,7 @@ func (s *Store) Acquire(ctx context.Context, r AcquireRequest) (AcquireResult, e
 	switch rep.code {
 	case "granted":
 		s.count("granted")
-		return AcquireResult{Lease: rep.lease(r.Name, id)}, nil
+		return AcquireResult{Lease: rep.lease(r.Name, id)}, s.abandoned(ctx, r.Name, id)
 	case "queued":
 		s.count("queued")
 		return AcquireResult{Ticket: rep.ticket(r.Name, tid)}, nil
@@ -208,4 +209,17 @@ func (s *Store) pokeLock(ctx context.Context, name string) (bool, time.Duration,
 		return true, rep.ms(0), nil
 	}
 	return false, 0, nil
+}
+
+// abandoned releases a lease granted to a request whose client has gone: nobody
+// else can ever learn its id, so keeping it would block the lock for its whole
+// ttl. It returns the request's context error, or nil when the client is there.
+func (s *Store) abandoned(ctx context.Context, name, id string) error {
+	if ctx.Err() == nil {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	_, _ = s.Release(rctx, name, id)
+	return fmt.Errorf("acquire: client gone: %w: %w", ErrUnavailable, ctx.Err())
 }

@@ -60,6 +60,9 @@ func NewClient(url string) (redis.UniversalClient, error) {
 		return nil, fmt.Errorf("parse redis url: %w", err)
 	}
 	opt.MaxRetries = -1
+	// One dial attempt: while Redis is down, answer 503 at once rather than after
+	// go-redis's five attempts; the client retries after Retry-After.
+	opt.DialerRetries = 1
 	opt.DialTimeout = 2 * time.Second
 	opt.ReadTimeout = 2 * time.Second
 	opt.WriteTimeout = 2 * time.Second

@@ -53,6 +53,10 @@ func (s *Store) waitLock(ctx context.Context, r AcquireRequest, id string, held 
 			s.m.Handoff.Observe(time.Since(woke).Seconds())
 			l := rep.lease(r.Name, id)
 			s.disp.observe(w, l.TTL) // the waiters left behind wait for this lease
+			if err := s.abandoned(ctx, r.Name, id); err != nil {
+				forward = true
+				return nil, err
+			}
 			return l, nil
 		case "busy":
 			held = rep.held()
