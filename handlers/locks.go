@@ -126,4 +126,3 @@ func (s *server) force() http.Handler {
 		writeJSON(w, http.StatusOK, forceView{Name: name, Released: released})
 	})
 }
-

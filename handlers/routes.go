@@ -6,6 +6,7 @@ package handlers
 import (
 	"context"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -85,9 +86,7 @@ func (s *server) methodNotAllowed(mux *chi.Mux) http.HandlerFunc {
 				allow = append(allow, m)
 			}
 		}
-		for _, m := range allow {
-			w.Header().Add("Allow", m)
-		}
+		w.Header().Set("Allow", strings.Join(allow, ", "))
 		s.fail(w, r, errMethodNotAllowed)
 	}
 }
