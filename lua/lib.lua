@@ -89,6 +89,7 @@ local function handoff(now)
   grant(t[1], t[2], t[3], now, fence, window, tk)
   redis.call('ZREM', queue, th)
   redis.call('DEL', tkey)
+  head_ticket() -- the next head may be dead too
   redis.call('PUBLISH', channel,
     'g:' .. th .. ':' .. str(fence) .. ':' .. str(now) .. ':' .. str(window) .. ':' .. claimed .. ':' .. t[3])
   return true
