@@ -18,7 +18,7 @@ tools-test:
 	@scripts/need.sh redis-server redis-server
 	@scripts/need.sh curl curl
 
-test: deps tools-test fmt-check vet
+test: deps tools-test lint
 	$(GO) test -race -count=1 -timeout 15m ./...
 
 lint: fmt-check vet spec-lint
