@@ -36,3 +36,31 @@ spec-lint:
 
 clean:
 	rm -rf bin
+
+# The side-by-side benchmark of issue 4 (bench/): it starts its own redis-server,
+# etcd and Baton on free loopback ports. bench-quick: <= 2 min, writes
+# bench/results.json; bench: <= 10 min, also bench/RESULTS.md and bench/results.svg.
+.PHONY: bench bench-quick tools-bench
+
+tools-bench:
+	@scripts/need.sh etcd etcd-server
+	@scripts/need.sh redis-server redis-server
+
+bench: deps tools-bench
+	$(GO) run ./bench -full
+
+bench-quick: deps tools-bench
+	$(GO) run ./bench
+
+# The fault-injection runs of issue 5 (chaos/): each scenario starts its own
+# redis-server and two Baton processes on free loopback ports, injects its fault
+# while 32+ clients work, and checks every history (porcupine) and fenced write.
+# chaos-quick: <= 8 min (about 2); chaos: <= 20 min. Exit 1 on any violation or
+# stale write accepted.
+.PHONY: chaos chaos-quick
+
+chaos: deps tools-test
+	$(GO) run ./chaos -full
+
+chaos-quick: deps tools-test
+	$(GO) run ./chaos

@@ -1,0 +1,330 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/batonhq/baton/internal/redistest"
+)
+
+// env is everything the benchmark started: one redis-server shared by Baton,
+// redislock and redis-script, one etcd, and Baton built from the tree.
+type env struct {
+	cfg      config
+	root     string
+	dir      string // temporary: logs, the Baton binary, data dirs
+	etcdDir  string
+	pinned   bool
+	pin      pinning
+	noFile   uint64
+	redis    *redistest.Server
+	redisPID int
+	etcd     *proc
+	etcdURL  string
+	batonBin string
+	baton    *proc
+	batonURL string
+}
+
+// newEnv starts redis-server and etcd, and builds and starts Baton. On error it
+// stops what it started.
+func newEnv(ctx context.Context, root string, cfg config) (e *env, err error) {
+	e = &env{cfg: cfg, root: root}
+	defer func() {
+		if err != nil {
+			e.close()
+		}
+	}()
+	e.noFile = raiseNoFile(1 << 18)
+	if e.dir, err = os.MkdirTemp("", "baton-bench-"); err != nil {
+		return nil, err
+	}
+	cpus := machineCPUs()
+	e.pinned = cpus >= 2 && os.Getenv(pinnedEnv) != ""
+	e.pin = pinning{CPUs: cpus, Processes: map[string]string{}}
+	if e.pinned {
+		e.pin.Server, e.pin.Generator = strconv.Itoa(serverCPU), strconv.Itoa(generatorCPU)
+		e.pin.Note = fmt.Sprintf("serving side (redis-server, baton, etcd) on CPU %d via sched_setaffinity/taskset; "+
+			"load generator (this process, including the in-process redislock and redis-script clients, "+
+			"and the helper processes that hold the waiters scenario's connections) on CPU %d "+
+			"(re-executed under taskset -c %d)", serverCPU, generatorCPU, generatorCPU)
+		e.pin.Processes["bench"] = allowedCPUs(os.Getpid())
+	} else {
+		e.pin.Note = fmt.Sprintf("not pinned: %d CPU(s) or taskset missing; everything shares the CPUs", cpus)
+	}
+
+	fmt.Println("starting redis-server ...")
+	if e.redis, err = redistest.StartServer(e.dir, "--maxclients", "100000"); err != nil {
+		return nil, err
+	}
+	if e.redisPID, err = redisPID(ctx, e.redis.Addr()); err != nil {
+		return nil, err
+	}
+	if e.pinned {
+		if err := pinProcess(e.redisPID, serverCPU); err != nil {
+			return nil, err
+		}
+	}
+	e.pin.Processes["redis-server"] = allowedCPUs(e.redisPID)
+
+	if cfg.wantSystem(sysEtcd) && (cfg.wantScenario("uncontended") || cfg.wantScenario("handoff") || cfg.wantScenario("expiry_handoff")) {
+		fmt.Println("starting etcd ...")
+		if err := e.startEtcd(ctx); err != nil {
+			return nil, err
+		}
+		e.pin.Processes["etcd"] = allowedCPUs(e.etcd.pid())
+	}
+	if cfg.wantSystem(sysBaton) {
+		fmt.Println("building baton ...")
+		if err := e.buildBaton(ctx); err != nil {
+			return nil, err
+		}
+		if e.baton, e.batonURL, err = e.startBaton(ctx); err != nil {
+			return nil, err
+		}
+		e.pin.Processes["baton"] = allowedCPUs(e.baton.pid())
+	}
+	return e, nil
+}
+
+func (e *env) setup() setup {
+	s := setup{
+		Redis:    "redis-server, no persistence (--save '' --appendonly no), shared by baton, redislock and redis-script",
+		EtcdData: "disk: a temporary directory under " + os.TempDir() + " (etcd fsyncs its WAL on every write)",
+		Baton:    "built from the tree; BATON_LOG_LEVEL=warn BATON_MAX_WAIT=10m BATON_MAX_WAITERS=100000, other settings default",
+		Runs:     e.cfg.runs,
+		Duration: fmt.Sprintf("%v measured after %v warm-up", e.cfg.duration, e.cfg.warmup),
+		Loop:     "closed loop, latency per pair from its start",
+	}
+	if e.cfg.etcdTmpfs {
+		s.EtcdData = "tmpfs (/dev/shm): its fsyncs cost nothing, like Redis without persistence"
+	}
+	if e.cfg.rate > 0 {
+		s.Loop = fmt.Sprintf("open loop at %.0f pairs/s, latency from each pair's intended start", e.cfg.rate)
+	}
+	return s
+}
+
+// cpuMark is a moment's CPU accounting, to tell this run's CPU use from other
+// processes' on the same machine.
+type cpuMark struct {
+	at   time.Time
+	busy time.Duration // all CPUs, all processes
+	ours time.Duration // this process, its waited children, and the live serving processes
+}
+
+func (e *env) mark() cpuMark {
+	ours, _ := cpuTime(os.Getpid())
+	ours += childrenCPU()
+	var live []int
+	if e.redisPID != 0 {
+		live = append(live, e.redisPID)
+	}
+	for _, p := range []*proc{e.etcd, e.baton} {
+		if p != nil && p.alive() {
+			live = append(live, p.pid())
+		}
+	}
+	for _, pid := range live {
+		if t, err := cpuTime(pid); err == nil {
+			ours += t
+		}
+	}
+	return cpuMark{at: time.Now(), busy: machineBusy(), ours: ours}
+}
+
+// otherLoad is the share of the machine's CPU time (all CPUs) that processes
+// other than this run's used between two marks, in percent. A Baton stopped in
+// between has been waited for, so its time is in childrenCPU.
+func (e *env) otherLoad(from, to cpuMark) float64 {
+	total := to.at.Sub(from.at).Seconds() * float64(e.pin.CPUs)
+	if total <= 0 {
+		return 0
+	}
+	other := (to.busy - from.busy) - (to.ours - from.ours)
+	return max(0, 100*other.Seconds()/total)
+}
+
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// close stops everything and removes the temporary files.
+func (e *env) close() {
+	if e.baton != nil {
+		e.baton.stop(5 * time.Second)
+	}
+	if e.etcd != nil {
+		e.etcd.stop(5 * time.Second)
+	}
+	if e.redis != nil {
+		e.redis.Stop()
+	}
+	if e.etcdDir != "" {
+		_ = os.RemoveAll(e.etcdDir)
+	}
+	if e.dir != "" {
+		_ = os.RemoveAll(e.dir)
+	}
+}
+
+func redisPID(ctx context.Context, addr string) (int, error) {
+	c := redis.NewClient(&redis.Options{Addr: addr, ClientName: benchClientName})
+	defer c.Close()
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "process_id:"); ok {
+			return strconv.Atoi(v)
+		}
+	}
+	return 0, errors.New("redis INFO server has no process_id")
+}
+
+// buildBaton builds cmd/server from the tree, on all CPUs.
+func (e *env) buildBaton(ctx context.Context) error {
+	e.batonBin = filepath.Join(e.dir, "baton")
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+	}
+	args := []string{goBin, "build", "-o", e.batonBin, "./cmd/server"}
+	if e.pinned {
+		args = append([]string{"taskset", "-c", fmt.Sprintf("0-%d", e.pin.CPUs-1)}, args...)
+	}
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+	cmd.Dir = e.root
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("go build ./cmd/server: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// startBaton starts a Baton on a free port, pinned with the serving side, and
+// waits until it is ready.
+func (e *env) startBaton(ctx context.Context) (*proc, string, error) {
+	var last error
+	for range 3 {
+		port, err := freePort()
+		if err != nil {
+			return nil, "", err
+		}
+		addr := "127.0.0.1:" + strconv.Itoa(port)
+		p, err := startProc(e.dir, "baton-"+strconv.Itoa(port), e.pinned, []string{
+			"BATON_ADDR=" + addr,
+			"BATON_REDIS_URL=" + e.redis.URL(),
+			"BATON_LOG_LEVEL=warn",
+			"BATON_MAX_WAIT=10m",
+			"BATON_MAX_WAITERS=100000",
+		}, e.batonBin)
+		if err != nil {
+			return nil, "", err
+		}
+		url := "http://" + addr
+		if last = waitHTTP(ctx, p, url+"/readyz", nil); last == nil {
+			return p, url, nil
+		}
+		p.stop(time.Second)
+		last = fmt.Errorf("baton: %w\n%s", last, p.logTail())
+	}
+	return nil, "", last
+}
+
+// startEtcd starts a single-member etcd. Its data directory is a temporary one on
+// disk, as etcd is deployed (it fsyncs its WAL on every write); with -etcd-tmpfs
+// it is on /dev/shm, where fsyncs cost nothing, like Redis without persistence.
+func (e *env) startEtcd(ctx context.Context) error {
+	bin, err := exec.LookPath("etcd")
+	if err != nil {
+		return errors.New("etcd not found: run `make bench`, which installs it, or `apt-get install etcd-server`")
+	}
+	base := e.dir
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() && e.cfg.etcdTmpfs {
+		base = "/dev/shm"
+	}
+	var last error
+	for range 3 {
+		if e.etcdDir, err = os.MkdirTemp(base, "baton-bench-etcd-"); err != nil {
+			return err
+		}
+		cp, err1 := freePort()
+		pp, err2 := freePort()
+		if err := errors.Join(err1, err2); err != nil {
+			return err
+		}
+		client := fmt.Sprintf("http://127.0.0.1:%d", cp)
+		peer := fmt.Sprintf("http://127.0.0.1:%d", pp)
+		p, err := startProc(e.dir, "etcd", e.pinned, nil, bin,
+			"--data-dir", e.etcdDir,
+			"--listen-client-urls", client, "--advertise-client-urls", client,
+			"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+			"--initial-cluster", "default="+peer,
+			"--logger", "zap", "--log-outputs", "stderr", "--log-level", "warn")
+		if err != nil {
+			return err
+		}
+		healthy := func(b []byte) bool {
+			var h struct{ Health string }
+			return json.Unmarshal(b, &h) == nil && h.Health == "true"
+		}
+		if last = waitHTTP(ctx, p, client+"/health", healthy); last == nil {
+			e.etcd, e.etcdURL = p, client
+			return nil
+		}
+		p.stop(time.Second)
+		_ = os.RemoveAll(e.etcdDir)
+		last = fmt.Errorf("etcd: %w\n%s", last, p.logTail())
+	}
+	return last
+}
+
+// waitHTTP polls url until it answers 200 (and ok accepts the body), the process
+// exits, or 20 s pass.
+func waitHTTP(ctx context.Context, p *proc, url string, ok func([]byte) bool) error {
+	hc := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if !p.alive() {
+			return fmt.Errorf("%s exited", p.name)
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		resp, err := hc.Get(url)
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK && (ok == nil || ok(b)) {
+				return nil
+			}
+		}
+		time.Sleep(20 * time.Millisecond) // nothing to wait on but the port
+	}
+	return fmt.Errorf("%s did not get ready at %s", p.name, url)
+}
+
+// batonPIDs is the serving side of Baton: its process and Redis.
+func (e *env) batonPIDs() []int { return []int{e.baton.pid(), e.redisPID} }

@@ -1,0 +1,188 @@
+// Command bench runs Baton side by side with etcd's HTTP lock API, bsm/redislock
+// and Baton's own Lua scripts called straight from Go (the ceiling Baton's HTTP
+// layer can approach), on one machine in one run, and writes bench/results.json
+// (and, with -full, bench/RESULTS.md and bench/results.svg). See issue 4.
+//
+// It starts everything it measures itself, on free loopback ports: a redis-server,
+// an etcd and a Baton built from this tree, and stops them again at the end, also
+// on error and Ctrl-C. On a machine with two or more CPUs the serving side runs on
+// CPU 1 and this process (the load generator) on CPU 0.
+//
+//	go run ./bench          # quick: about a minute and a half
+//	go run ./bench -full    # full: under ten minutes, also writes RESULTS.md and the chart
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == helperFlag {
+		if err := waiterHelper(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "bench waiter helper:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := pinGenerator(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		stop()
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	full := fs.Bool("full", false, "the full comparison (<= 10 min); also writes RESULTS.md and results.svg")
+	only := fs.String("only", "", "comma-separated scenarios to run (uncontended,handoff,waiters,expiry_handoff); default all")
+	systems := fs.String("systems", "", "comma-separated systems to run (baton,etcd,redislock,redis-script); default all")
+	rate := fs.Float64("rate", 0, "uncontended: open-loop at this many pairs/s per run instead of closed-loop max throughput")
+	etcdTmpfs := fs.Bool("etcd-tmpfs", false, "put etcd's data directory on tmpfs (/dev/shm), so its fsyncs cost nothing")
+	duration := fs.Duration("duration", 0, "uncontended: measured time of one run (default: the mode's)")
+	concurrency := fs.Int("concurrency", 0, "uncontended: only this concurrency (default: 1, 16 and 64)")
+	outDir := fs.String("out", "", "directory for results.json etc. (default: bench/ of the module)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg := quickConfig()
+	if *full {
+		cfg = fullConfig()
+	}
+	cfg.rate = *rate
+	cfg.etcdTmpfs = *etcdTmpfs
+	if *duration > 0 {
+		cfg.duration = *duration
+	}
+	if *concurrency > 0 {
+		cfg.concurrency = []int{*concurrency}
+	}
+	cfg.scenarios = splitSet(*only)
+	cfg.systems = splitSet(*systems)
+
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	dir := *outDir
+	if dir == "" {
+		dir = filepath.Join(root, "bench")
+	}
+
+	started := time.Now()
+	e, err := newEnv(ctx, root, cfg)
+	if err != nil {
+		return err
+	}
+	defer e.close()
+	res := &results{Mode: cfg.mode, When: started.UTC().Format(time.RFC3339), Pinning: e.pin, Setup: e.setup(),
+		Load: otherLoad{Scenarios: map[string]float64{}}}
+	res.info = machineInfo(ctx, e)
+	res.Machine = res.info.summary()
+	fmt.Printf("bench %s: %s\n", cfg.mode, res.Machine)
+	fmt.Printf("pinning: %s\n", e.pin.Note)
+	fmt.Printf("etcd data directory: %s\n", res.Setup.EtcdData)
+	res.Load.Start = loadAverage()
+	if la, _, _ := strings.Cut(res.Load.Start, " "); parseFloat(la) > 0.7 {
+		fmt.Printf("warning: the machine is busy (load average %s): other processes will perturb the figures\n", res.Load.Start)
+	}
+	runStart := e.mark()
+
+	for _, sc := range []struct {
+		name string
+		fn   func(context.Context, *env, config, *results) error
+	}{
+		{"uncontended", runUncontendedAll},
+		{"handoff", runHandoffAll},
+		{"waiters", runWaitersAll},
+		{"expiry_handoff", runExpiryAll},
+	} {
+		if !cfg.wantScenario(sc.name) {
+			continue
+		}
+		m := e.mark()
+		if err := sc.fn(ctx, e, cfg, res); err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("interrupted: %w", ctx.Err())
+			}
+			return fmt.Errorf("%s: %w", sc.name, err)
+		}
+		other := round(e.otherLoad(m, e.mark()), 1)
+		res.Load.Scenarios[sc.name] = other
+		fmt.Printf("%s: other processes used %.1f%% of the machine's CPU meanwhile\n", sc.name, other)
+	}
+	res.Load.Run = round(e.otherLoad(runStart, e.mark()), 1)
+	res.Load.End = loadAverage()
+	res.Goals = evaluateGoals(res)
+	res.elapsed = time.Since(started)
+	table := res.table()
+	fmt.Println()
+	fmt.Print(table)
+
+	if err := res.writeJSON(filepath.Join(dir, "results.json")); err != nil {
+		return err
+	}
+	fmt.Printf("wrote %s\n", filepath.Join(dir, "results.json"))
+	if cfg.full {
+		if err := res.writeMarkdown(filepath.Join(dir, "RESULTS.md"), table); err != nil {
+			return err
+		}
+		if err := writeChart(filepath.Join(dir, "results.svg"), res); err != nil {
+			return err
+		}
+		fmt.Printf("wrote %s and %s\n", filepath.Join(dir, "RESULTS.md"), filepath.Join(dir, "results.svg"))
+	}
+	fmt.Printf("done in %s\n", res.elapsed.Round(time.Second))
+	return nil
+}
+
+// moduleRoot is the nearest directory upwards holding go.mod.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("go.mod not found above the working directory: run from inside the module")
+		}
+		dir = parent
+	}
+}
+
+func splitSet(s string) map[string]bool {
+	if s == "" {
+		return nil
+	}
+	m := map[string]bool{}
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			m[f] = true
+		}
+	}
+	return m
+}
+
+func parseFloat(s string) float64 {
+	f, _ := strconv.ParseFloat(s, 64)
+	return f
+}

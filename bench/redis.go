@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/batonhq/baton/lua"
+)
+
+// benchClientName names every Redis connection this program makes, so that the
+// waiters scenario can tell them from Baton's in CLIENT LIST.
+const benchClientName = "bench"
+
+// newRedisClient is the load generator's go-redis client: a pool as large as the
+// highest concurrency, so that no call waits for a connection.
+func newRedisClient(addr string) *redis.Client {
+	return redis.NewClient(&redis.Options{
+		Addr:       addr,
+		ClientName: benchClientName,
+		PoolSize:   256,
+		MaxRetries: -1,
+	})
+}
+
+// scriptLocker calls Baton's own acquire and release scripts directly, with the
+// store's key layout and arguments: what Baton does per request minus HTTP.
+type scriptLocker struct {
+	rdb      *redis.Client
+	prefix   string
+	acq, rel *redis.Script
+}
+
+func newScriptLocker(rdb *redis.Client, prefix string) *scriptLocker {
+	return &scriptLocker{rdb: rdb, prefix: prefix, acq: redis.NewScript(lua.Acquire), rel: redis.NewScript(lua.Release)}
+}
+
+func (s *scriptLocker) keys(name string) []string {
+	lock := s.prefix + ":{" + name + "}"
+	return []string{lock, lock + ":fence", lock + ":q", lock}
+}
+
+// pair acquires and releases name, as Baton's store does for a free lock: a fresh
+// 128-bit lease id whose SHA-256 is what Redis keeps.
+func (s *scriptLocker) pair(ctx context.Context, name string) error {
+	lh := leaseHash()
+	keys := s.keys(name)
+	v, err := s.acq.Run(ctx, s.rdb, keys, lh, 30000, "", "new", "", "", 0, 0).Slice()
+	if err != nil {
+		return fmt.Errorf("acquire script: %w", err)
+	}
+	if code, _ := v[0].(string); code != "granted" {
+		return fmt.Errorf("acquire script: %v", v[0])
+	}
+	v, err = s.rel.Run(ctx, s.rdb, keys[:3], lh).Slice()
+	if err != nil {
+		return fmt.Errorf("release script: %w", err)
+	}
+	if code, _ := v[0].(string); code != "released" {
+		return fmt.Errorf("release script: %v", v[0])
+	}
+	return nil
+}
+
+func leaseHash() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	sum := sha256.Sum256([]byte(base64.RawURLEncoding.EncodeToString(b[:])))
+	return hex.EncodeToString(sum[:])
+}
+
+// redislockLocker is github.com/bsm/redislock in process, on the same Redis.
+type redislockLocker struct {
+	c      *redislock.Client
+	prefix string
+}
+
+func newRedislockLocker(rdb *redis.Client, prefix string) *redislockLocker {
+	return &redislockLocker{c: redislock.New(rdb), prefix: prefix}
+}
+
+func (r *redislockLocker) pair(ctx context.Context, name string) error {
+	l, err := r.c.Obtain(ctx, r.prefix+name, 30*time.Second, nil)
+	if err != nil {
+		return fmt.Errorf("obtain: %w", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		return fmt.Errorf("release: %w", err)
+	}
+	return nil
+}
+
+// scriptHandoff is the handoff floor of Baton's design without HTTP: fair tickets
+// queued with Baton's acquire script, the release script granting the head ticket
+// and publishing the grant, one pub/sub subscription dispatching grants to the
+// waiters, each of which releases at once with the lease its ticket was granted.
+func scriptHandoff(rdb *redis.Client, s *scriptLocker) handoffRound {
+	return func(ctx context.Context, name string, n int, ch *chain) error {
+		keys := s.keys(name)
+		holder := leaseHash()
+		v, err := s.acq.Run(ctx, rdb, keys, holder, 60000, "", "new", "", "", 0, 0).Slice()
+		if err != nil {
+			return err
+		}
+		if code, _ := v[0].(string); code != "granted" {
+			return fmt.Errorf("holder of %q: %v", name, v[0])
+		}
+		ps := rdb.Subscribe(ctx, keys[0]+":ev")
+		defer ps.Close()
+		if _, err := ps.Receive(ctx); err != nil {
+			return err
+		}
+		waiters := map[string]int{} // ticket hash -> arrival index
+		leases := make([]string, n) // the lease hash each ticket is granted under
+		for i := range n {
+			th := leaseHash()
+			leases[i] = leaseHash()
+			tkeys := []string{keys[0], keys[1], keys[2], keys[0] + ":t:" + th}
+			v, err := s.acq.Run(ctx, rdb, tkeys, leaseHash(), 60000, "", "fair", th, leases[i], 10000, 60000).Slice()
+			if err != nil {
+				return err
+			}
+			if code, _ := v[0].(string); code != "queued" {
+				return fmt.Errorf("waiter %d of %q: %v", i, name, v[0])
+			}
+			waiters[th] = i
+		}
+		release := func(lh string) error {
+			ch.releasing()
+			v, err := s.rel.Run(ctx, rdb, keys[:3], lh).Slice()
+			if err == nil && v[0] != "released" {
+				err = fmt.Errorf("release: %v", v[0])
+			}
+			return err
+		}
+		if err := release(holder); err != nil {
+			return err
+		}
+		for granted := 0; granted < n; {
+			msg, err := ps.ReceiveMessage(ctx)
+			if err != nil {
+				return err
+			}
+			th, ok := strings.CutPrefix(msg.Payload, "g:")
+			if !ok {
+				continue
+			}
+			th, _, _ = strings.Cut(th, ":")
+			i, ok := waiters[th]
+			if !ok {
+				return fmt.Errorf("grant to an unknown ticket")
+			}
+			ch.granted(i)
+			granted++
+			if err := release(leases[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}

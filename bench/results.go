@@ -1,0 +1,263 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"time"
+)
+
+// Rows of results.json, one type per scenario, with exactly that scenario's
+// fields. Unexported fields are for the table only.
+
+type uncontendedRow struct {
+	Scenario     string  `json:"scenario"`
+	System       string  `json:"system"`
+	Concurrency  int     `json:"concurrency"`
+	OpsPerSec    float64 `json:"ops_per_sec"`
+	P50          float64 `json:"p50_ms"`
+	P99          float64 `json:"p99_ms"`
+	ServerCPU    float64 `json:"server_cpu_us_per_op"`
+	generatorCPU float64 // percent of one CPU
+}
+
+type handoffRow struct {
+	Scenario   string  `json:"scenario"`
+	System     string  `json:"system"`
+	Waiters    int     `json:"waiters"`
+	P50        float64 `json:"p50_ms"`
+	P99        float64 `json:"p99_ms"`
+	Inversions int     `json:"inversions"`
+	grants     int
+}
+
+type waitersRow struct {
+	Scenario     string  `json:"scenario"`
+	System       string  `json:"system"`
+	Waiters      int     `json:"waiters"`
+	RSSPerWaiter float64 `json:"rss_bytes_per_waiter"`
+	RedisConns   int     `json:"redis_connections"`
+	PubSubConns  int     `json:"pubsub_connections"`
+	IdleCPU      float64 `json:"idle_cpu_percent"`
+
+	rssBefore, rssWith int64
+}
+
+type expiryRow struct {
+	Scenario string  `json:"scenario"`
+	System   string  `json:"system"`
+	P50      float64 `json:"p50_ms"`
+	P99      float64 `json:"p99_ms"`
+	reps     int
+}
+
+// setup records how the systems were configured.
+type setup struct {
+	Redis    string `json:"redis"`
+	EtcdData string `json:"etcd_data_dir"`
+	Baton    string `json:"baton"`
+	Runs     int    `json:"runs"`
+	Duration string `json:"uncontended_run"`
+	Loop     string `json:"uncontended_loop"`
+}
+
+// otherLoad is how busy the machine was with processes not of this run: they
+// share the CPUs with what is measured, so they perturb the figures.
+type otherLoad struct {
+	Run       float64            `json:"percent_of_machine_cpu"`             // over the whole run
+	Scenarios map[string]float64 `json:"percent_of_machine_cpu_by_scenario"` // over each scenario
+	Start     string             `json:"load_average_start"`
+	End       string             `json:"load_average_end"`
+}
+
+// goal is one of issue 4's goals, judged on this run's figures.
+type goal struct {
+	Goal   string `json:"goal"`
+	Got    string `json:"got"`
+	Status string `json:"status"` // PASS, MISS, or "not measured"
+}
+
+type results struct {
+	Machine string    `json:"machine"`
+	When    string    `json:"when"`
+	Mode    string    `json:"mode"`
+	Pinning pinning   `json:"pinning"`
+	Setup   setup     `json:"setup"`
+	Load    otherLoad `json:"other_load"`
+
+	Uncontended []uncontendedRow `json:"-"`
+	Handoff     []handoffRow     `json:"-"`
+	Waiters     []waitersRow     `json:"-"`
+	Expiry      []expiryRow      `json:"-"`
+	Goals       []goal           `json:"goals"`
+
+	info         machine
+	elapsed      time.Duration
+	waitersBound string // what bounded the largest waiters level
+}
+
+func round(x float64, digits int) float64 {
+	p := math.Pow(10, float64(digits))
+	return math.Round(x*p) / p
+}
+
+func (r *results) writeJSON(path string) error {
+	rows := []any{}
+	for _, x := range r.Uncontended {
+		rows = append(rows, x)
+	}
+	for _, x := range r.Handoff {
+		rows = append(rows, x)
+	}
+	for _, x := range r.Waiters {
+		rows = append(rows, x)
+	}
+	for _, x := range r.Expiry {
+		rows = append(rows, x)
+	}
+	type out struct {
+		*results
+		Results []any `json:"results"`
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(out{r, rows}); err != nil {
+		return err
+	}
+	return os.WriteFile(path, buf.Bytes(), 0o644)
+}
+
+func (r *results) unc(sys string, c int) *uncontendedRow {
+	for i := range r.Uncontended {
+		if x := &r.Uncontended[i]; x.System == sys && x.Concurrency == c {
+			return x
+		}
+	}
+	return nil
+}
+
+func (r *results) hand(sys string, n int) *handoffRow {
+	for i := range r.Handoff {
+		if x := &r.Handoff[i]; x.System == sys && x.Waiters == n {
+			return x
+		}
+	}
+	return nil
+}
+
+func (r *results) wait(n int) *waitersRow {
+	for i := range r.Waiters {
+		if x := &r.Waiters[i]; x.Waiters == n {
+			return x
+		}
+	}
+	return nil
+}
+
+func (r *results) exp(sys string) *expiryRow {
+	for i := range r.Expiry {
+		if x := &r.Expiry[i]; x.System == sys {
+			return x
+		}
+	}
+	return nil
+}
+
+func status(ok bool) string {
+	if ok {
+		return "PASS"
+	}
+	return "MISS"
+}
+
+const notMeasured = "not measured"
+
+// evaluateGoals judges the goals of issue 4 on ratios measured in this run.
+func evaluateGoals(r *results) []goal {
+	var gs []goal
+	add := func(name string, measured bool, got string, ok bool) {
+		g := goal{Goal: name, Got: got, Status: notMeasured}
+		if measured {
+			g.Status = status(ok)
+		} else {
+			g.Got = ""
+		}
+		gs = append(gs, g)
+	}
+	for _, c := range []int{16, 64} {
+		b, e, s := r.unc(sysBaton, c), r.unc(sysEtcd, c), r.unc(sysRedisScript, c)
+		if b != nil && e != nil && e.OpsPerSec > 0 {
+			x := b.OpsPerSec / e.OpsPerSec
+			add(fmt.Sprintf("uncontended c=%d: baton >= 3x etcd throughput", c), true,
+				fmt.Sprintf("%.2fx (%.0f vs %.0f pairs/s)", x, b.OpsPerSec, e.OpsPerSec), x >= 3)
+		} else {
+			add(fmt.Sprintf("uncontended c=%d: baton >= 3x etcd throughput", c), false, "", false)
+		}
+		if b != nil && s != nil && s.OpsPerSec > 0 {
+			x := b.OpsPerSec / s.OpsPerSec
+			add(fmt.Sprintf("uncontended c=%d: baton >= 25%% of redis-script throughput", c), true,
+				fmt.Sprintf("%.1f%% (%.0f vs %.0f pairs/s)", 100*x, b.OpsPerSec, s.OpsPerSec), x >= 0.25)
+		} else {
+			add(fmt.Sprintf("uncontended c=%d: baton >= 25%% of redis-script throughput", c), false, "", false)
+		}
+		if b != nil && e != nil && e.ServerCPU > 0 {
+			x := b.ServerCPU / e.ServerCPU
+			add(fmt.Sprintf("uncontended c=%d: baton server CPU/pair <= 1/4 of etcd's", c), true,
+				fmt.Sprintf("%.2f of etcd's (%.0f vs %.0f µs/pair)", x, b.ServerCPU, e.ServerCPU), x <= 0.25)
+		} else {
+			add(fmt.Sprintf("uncontended c=%d: baton server CPU/pair <= 1/4 of etcd's", c), false, "", false)
+		}
+	}
+	b, e := r.hand(sysBaton, 16), r.hand(sysEtcd, 16)
+	add("handoff 16 waiters: baton p50 <= 1 ms", b != nil, gotMs(b, func(h *handoffRow) float64 { return h.P50 }), b != nil && b.P50 <= 1)
+	add("handoff 16 waiters: baton p99 <= 3 ms", b != nil, gotMs(b, func(h *handoffRow) float64 { return h.P99 }), b != nil && b.P99 <= 3)
+	if b != nil {
+		add("handoff 16 waiters: baton zero inversions", true, fmt.Sprintf("%d in %d grants", b.Inversions, b.grants), b.Inversions == 0)
+	} else {
+		add("handoff 16 waiters: baton zero inversions", false, "", false)
+	}
+	if b != nil && e != nil && b.P50 > 0 {
+		x := e.P50 / b.P50
+		add("handoff 16 waiters: baton >= 5x faster than etcd (p50)", true,
+			fmt.Sprintf("%.1fx (p50 %.3f vs %.3f ms; p99 %.1fx)", x, b.P50, e.P50, e.P99/max(b.P99, 1e-9)), x >= 5)
+	} else {
+		add("handoff 16 waiters: baton >= 5x faster than etcd (p50)", false, "", false)
+	}
+	w, at := r.wait(20000), ""
+	if w == nil && len(r.Waiters) > 0 && r.Waiters[len(r.Waiters)-1].Waiters > 10000 {
+		// The machine did not allow 20000 (see waitersBound): judge the largest level.
+		w = &r.Waiters[len(r.Waiters)-1]
+		at = fmt.Sprintf(" at %d waiters, the most this machine allows", w.Waiters)
+	}
+	if w != nil {
+		add("waiters 20000: <= 16 KiB RSS per waiter", true, fmt.Sprintf("%.0f B%s", w.RSSPerWaiter, at), w.RSSPerWaiter <= 16384)
+		add("waiters 20000: <= 2 pub/sub connections to Redis", true,
+			fmt.Sprintf("%d pub/sub (%d connections in all)%s", w.PubSubConns, w.RedisConns, at), w.PubSubConns <= 2)
+		add("waiters 20000: < 2% CPU while idle", true, fmt.Sprintf("%.2f%%%s", w.IdleCPU, at), w.IdleCPU < 2)
+	} else {
+		for _, g := range []string{"waiters 20000: <= 16 KiB RSS per waiter", "waiters 20000: <= 2 pub/sub connections to Redis", "waiters 20000: < 2% CPU while idle"} {
+			add(g, false, "", false)
+		}
+	}
+	x := r.exp(sysBaton)
+	add("expiry_handoff: baton p99 <= 50 ms", x != nil, gotExp(x), x != nil && x.P99 <= 50)
+	return gs
+}
+
+func gotMs(h *handoffRow, f func(*handoffRow) float64) string {
+	if h == nil {
+		return ""
+	}
+	return fmt.Sprintf("%.3f ms", f(h))
+}
+
+func gotExp(x *expiryRow) string {
+	if x == nil {
+		return ""
+	}
+	return fmt.Sprintf("%.1f ms (p50 %.1f ms)", x.P99, x.P50)
+}

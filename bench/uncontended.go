@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// pairFunc acquires and releases one lock name, nobody else wanting it.
+type pairFunc func(ctx context.Context, name string) error
+
+// target is a system under test for the uncontended scenario.
+type target struct {
+	system string
+	pair   pairFunc
+	pids   []int // the serving side, whose CPU is counted
+}
+
+// uncRun is one run's figures.
+type uncRun struct {
+	ops, p50, p99, cpuPerOp, genCPU float64
+	errors                          int64
+	firstErr                        error
+}
+
+// uncontended runs c workers that acquire and release distinct names for
+// warmup+duration and measures the part after the warmup. Closed-loop: each worker
+// starts its next pair when the last one ends, and a pair's latency runs from its
+// start. Open-loop (rate > 0): pair k is due at start + k/rate, whatever the
+// workers are doing, and its latency runs from that intended start, so a slow
+// server is not hidden by the generator waiting for it (no coordinated omission).
+func uncontended(ctx context.Context, t target, c int, warmup, duration time.Duration, rate float64, tag string) (uncRun, error) {
+	start := time.Now()
+	from := start.Add(warmup)
+	end := from.Add(duration)
+	runCtx, cancel := context.WithDeadline(ctx, end.Add(30*time.Second))
+	defer cancel()
+
+	var seq atomic.Int64
+	interval := time.Duration(0)
+	if rate > 0 {
+		interval = time.Duration(float64(time.Second) / rate)
+	}
+	hists := make([]*hdrhistogram.Histogram, c)
+	counts := make([]int64, c)
+	var errs atomic.Int64
+	var errOnce sync.Once
+	var firstErr error
+
+	var cpu0, cpu1, gen0, gen1 time.Duration
+	var cpuErr error
+	cpuDone := make(chan struct{})
+	go func() {
+		defer close(cpuDone)
+		time.Sleep(time.Until(from))
+		cpu0, cpuErr = cpuTimes(t.pids)
+		gen0, _ = cpuTime(os.Getpid())
+		time.Sleep(time.Until(end))
+		if cpuErr == nil {
+			cpu1, cpuErr = cpuTimes(t.pids)
+		}
+		gen1, _ = cpuTime(os.Getpid())
+	}()
+
+	var wg sync.WaitGroup
+	for w := range c {
+		hists[w] = newHist()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := make([]byte, 0, 64)
+			prefix := tag + "-" + strconv.Itoa(w) + "-"
+			for i := 0; runCtx.Err() == nil; i++ {
+				var due time.Time
+				if interval > 0 {
+					due = start.Add(time.Duration(seq.Add(1)-1) * interval)
+					if due.After(end) {
+						return
+					}
+					if d := time.Until(due); d > 0 {
+						time.Sleep(d)
+					}
+				} else {
+					due = time.Now()
+					if due.After(end) {
+						return
+					}
+				}
+				name = strconv.AppendInt(append(name[:0], prefix...), int64(i), 10)
+				err := t.pair(runCtx, string(name))
+				done := time.Now()
+				if err != nil {
+					if runCtx.Err() != nil {
+						return
+					}
+					errs.Add(1)
+					errOnce.Do(func() { firstErr = err })
+					continue
+				}
+				if due.Before(from) || done.After(end) {
+					continue
+				}
+				counts[w]++
+				record(hists[w], done.Sub(due))
+			}
+		}()
+	}
+	wg.Wait()
+	<-cpuDone
+	if err := ctx.Err(); err != nil {
+		return uncRun{}, err
+	}
+	h := newHist()
+	var n int64
+	for w := range c {
+		h.Merge(hists[w])
+		n += counts[w]
+	}
+	r := uncRun{errors: errs.Load(), firstErr: firstErr}
+	if n == 0 {
+		return r, fmt.Errorf("%s c=%d: no pair completed (%d errors; first: %v)", t.system, c, r.errors, firstErr)
+	}
+	if r.errors*100 > n {
+		return r, fmt.Errorf("%s c=%d: %d errors in %d pairs; first: %w", t.system, c, r.errors, n, firstErr)
+	}
+	if cpuErr != nil {
+		return r, fmt.Errorf("read server cpu: %w", cpuErr)
+	}
+	r.ops = float64(n) / duration.Seconds()
+	r.p50, r.p99 = quantileMs(h, 50), quantileMs(h, 99)
+	r.cpuPerOp = float64((cpu1 - cpu0).Microseconds()) / float64(n)
+	r.genCPU = 100 * (gen1 - gen0).Seconds() / duration.Seconds()
+	return r, nil
+}
+
+// runUncontendedAll measures every system at every concurrency, runs times, the
+// systems interleaved within each run so that drift over the run treats them alike,
+// and keeps the median of each figure.
+func runUncontendedAll(ctx context.Context, e *env, cfg config, res *results) error {
+	targets, closeTargets, err := e.targets(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeTargets()
+	type key struct {
+		sys string
+		c   int
+	}
+	runs := map[key][]uncRun{}
+	for r := range cfg.runs {
+		for _, t := range targets {
+			for _, c := range cfg.concurrency {
+				tag := fmt.Sprintf("u%d-c%d", r, c)
+				u, err := uncontended(ctx, t, c, cfg.warmup, cfg.duration, cfg.rate, tag)
+				if err != nil {
+					return err
+				}
+				k := key{t.system, c}
+				runs[k] = append(runs[k], u)
+				extra := ""
+				if u.errors > 0 {
+					extra = fmt.Sprintf("  (%d errors, first: %v)", u.errors, u.firstErr)
+				}
+				fmt.Printf("uncontended run %d/%d %-12s c=%-3d %8.0f pairs/s  p50 %6.2f ms  p99 %6.2f ms  server %6.1f µs/pair  generator CPU %3.0f%%%s\n",
+					r+1, cfg.runs, t.system, c, u.ops, u.p50, u.p99, u.cpuPerOp, u.genCPU, extra)
+			}
+		}
+	}
+	for _, t := range targets {
+		for _, c := range cfg.concurrency {
+			rs := runs[key{t.system, c}]
+			pick := func(f func(uncRun) float64) float64 {
+				xs := make([]float64, len(rs))
+				for i, u := range rs {
+					xs[i] = f(u)
+				}
+				return median(xs)
+			}
+			row := uncontendedRow{
+				Scenario: "uncontended", System: t.system, Concurrency: c,
+				OpsPerSec:    round(pick(func(u uncRun) float64 { return u.ops }), 0),
+				P50:          round(pick(func(u uncRun) float64 { return u.p50 }), 3),
+				P99:          round(pick(func(u uncRun) float64 { return u.p99 }), 3),
+				ServerCPU:    round(pick(func(u uncRun) float64 { return u.cpuPerOp }), 1),
+				generatorCPU: pick(func(u uncRun) float64 { return u.genCPU }),
+			}
+			res.Uncontended = append(res.Uncontended, row)
+			fmt.Printf("uncontended %-12s c=%-3d median of %d: %8.0f pairs/s  p50 %6.2f ms  p99 %6.2f ms  server %6.1f µs/pair\n",
+				t.system, c, len(rs), row.OpsPerSec, row.P50, row.P99, row.ServerCPU)
+		}
+	}
+	return nil
+}

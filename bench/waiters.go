@@ -1,0 +1,220 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/batonhq/baton/client"
+)
+
+const (
+	waiterLocks     = 100 // held locks the waiters queue behind
+	batonMaxWaiters = 100000
+)
+
+// runWaitersAll measures Baton holding n long-polls at each level, each level on
+// a fresh Baton process so that one level's heap does not inflate the next one's
+// baseline. The shared Baton is stopped meanwhile, so that every Redis connection
+// not made by this program is the measured Baton's.
+func runWaitersAll(ctx context.Context, e *env, cfg config, res *results) (err error) {
+	if !cfg.wantSystem(sysBaton) {
+		return nil
+	}
+	levels, why := waiterLevels(cfg, e.noFile)
+	fmt.Printf("waiters: levels %v (%s)\n", levels, why)
+	e.baton.stop(10 * time.Second)
+	e.baton = nil
+	defer func() {
+		if ctx.Err() != nil {
+			return
+		}
+		var serr error
+		if e.baton, e.batonURL, serr = e.startBaton(ctx); serr != nil && err == nil {
+			err = serr
+		}
+	}()
+	for _, n := range levels {
+		row, err := waitersLevel(ctx, e, cfg, n)
+		if err != nil {
+			return fmt.Errorf("%d waiters: %w", n, err)
+		}
+		res.Waiters = append(res.Waiters, row)
+		res.waitersBound = why
+		fmt.Printf("waiters %-12s %6d long-polls: %6.0f B RSS each  %d redis connections (%d pub/sub)  idle CPU %.2f%%\n",
+			sysBaton, n, row.RSSPerWaiter, row.RedisConns, row.PubSubConns, row.IdleCPU)
+	}
+	return nil
+}
+
+// waiterLevels are the configured levels below what the machine allows, then
+// the most it allows within the mode's cap. It says what bounded the last one.
+// Baton inherits this process's open-file limit; waitersLevel trims the last
+// level again to the exact room the Baton process has.
+func waiterLevels(cfg config, noFile uint64) ([]int, string) {
+	allowed, why := batonMaxWaiters-2*waiterLocks, "BATON_MAX_WAITERS"
+	if f := int(noFile) - 64; f < allowed {
+		allowed, why = f, fmt.Sprintf("the open-file limit of %d (one connection per long-poll; "+
+			"the hard limit cannot be raised without CAP_SYS_RESOURCE)", noFile)
+	}
+	if m := memAvailable() / (96 << 10); m > 0 && int(m) < allowed {
+		allowed, why = int(m), "available memory at 96 KiB per waiter (both sides)"
+	}
+	if cfg.waiterCap < allowed {
+		allowed, why = cfg.waiterCap, fmt.Sprintf("this mode's time budget (the machine allows more: %s)", why)
+	}
+	var levels []int
+	for _, l := range cfg.waiterLevels {
+		if l < allowed {
+			levels = append(levels, l)
+		}
+	}
+	return append(levels, allowed), "last level bounded by " + why
+}
+
+func memAvailable() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "MemAvailable:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}
+
+// waitersLevel starts a Baton, holds waiterLocks locks, opens n non-fair acquires
+// waiting up to 10 minutes behind them (each on its own connection), and measures
+// waitersLevel starts a Baton, holds waiterLocks locks, opens n non-fair acquires
+// waiting up to 10 minutes behind them (each on its own connection, held by
+// helper processes), and measures Baton while they all wait. n is lowered to what
+// the Baton process's open-file limit leaves room for; the row says what ran.
+func waitersLevel(ctx context.Context, e *env, cfg config, n int) (waitersRow, error) {
+	row := waitersRow{Scenario: "waiters", System: sysBaton}
+	p, base, err := e.startBaton(ctx)
+	if err != nil {
+		return row, err
+	}
+	defer p.stop(15 * time.Second)
+
+	hc := client.New(base)
+	prefix := fmt.Sprintf("w%d", n)
+	for k := range waiterLocks {
+		if _, err := hc.Acquire(ctx, waiterName(prefix, k), client.AcquireOptions{TTL: time.Hour}); err != nil {
+			return row, err
+		}
+	}
+	if room := fdRoom(p.pid()); room < n {
+		fmt.Printf("waiters %-12s %6d long-polls do not fit in Baton's open-file limit (%d): %d instead\n",
+			sysBaton, n, openFileLimit(p.pid()), room)
+		n = room
+	}
+	row.Waiters = n
+	time.Sleep(500 * time.Millisecond) // let the first requests' garbage settle into the baseline
+	rss0, err := rssBytes(p.pid())
+	if err != nil {
+		return row, err
+	}
+
+	opened := time.Now()
+	hs, err := startHelpers(base, prefix, n)
+	defer stopHelpers(hs)
+	if err != nil {
+		return row, err
+	}
+	if err := awaitWaiters(ctx, base, n, 60*time.Second+time.Duration(n)*time.Millisecond); err != nil {
+		return row, fmt.Errorf("%w (helpers: %v)", err, helpersFailed(hs))
+	}
+	fmt.Printf("waiters %-12s %6d long-polls open in %.1f s\n", sysBaton, n, time.Since(opened).Seconds())
+	time.Sleep(time.Second)
+
+	cpu0, err := cpuTime(p.pid())
+	if err != nil {
+		return row, err
+	}
+	time.Sleep(cfg.idleWindow)
+	cpu1, err := cpuTime(p.pid())
+	if err != nil {
+		return row, err
+	}
+	rss1, err := rssBytes(p.pid())
+	if err != nil {
+		return row, err
+	}
+	if err := helpersFailed(hs); err != nil {
+		return row, err
+	}
+	all, pubsub, err := foreignRedisClients(ctx, e.redis.Addr())
+	if err != nil {
+		return row, err
+	}
+	row.RSSPerWaiter = round(float64(rss1-rss0)/float64(n), 0)
+	row.RedisConns, row.PubSubConns = all, pubsub
+	row.IdleCPU = round(100*(cpu1-cpu0).Seconds()/cfg.idleWindow.Seconds(), 2)
+	row.rssBefore, row.rssWith = rss0, rss1
+	return row, nil
+}
+
+func waiterName(prefix string, i int) string { return prefix + "-" + strconv.Itoa(i%waiterLocks) }
+
+// fdRoom is how many more connections a process can take: its open-file limit
+// less what it has open, and a margin for its Redis pool to grow and for the
+// metrics requests.
+func fdRoom(pid int) int {
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return 0
+	}
+	return int(openFileLimit(pid)) - len(fds) - 32
+}
+
+// openFileLimit is a process's soft RLIMIT_NOFILE, from /proc/<pid>/limits.
+func openFileLimit(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Max open files"); ok {
+			if f := strings.Fields(v); len(f) > 0 {
+				n, _ := strconv.ParseInt(f[0], 10, 64)
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// foreignRedisClients counts the connections to Redis not made by this program
+// (every one of which is named benchClientName), and those among them in pub/sub
+// mode.
+func foreignRedisClients(ctx context.Context, addr string) (all, pubsub int, err error) {
+	rdb := newRedisClient(addr)
+	defer rdb.Close()
+	list, err := rdb.ClientList(ctx).Result()
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(strings.TrimSpace(list), "\n") {
+		f := map[string]string{}
+		for _, kv := range strings.Fields(line) {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				f[k] = v
+			}
+		}
+		if f["name"] == benchClientName {
+			continue
+		}
+		all++
+		if strings.Contains(f["flags"], "P") || f["sub"] != "0" || f["psub"] != "0" || (f["ssub"] != "" && f["ssub"] != "0") {
+			pubsub++
+		}
+	}
+	return all, pubsub, nil
+}
