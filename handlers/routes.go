@@ -80,9 +80,13 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 // methodNotAllowed answers 405 with the Allow header chi leaves to custom handlers.
 func (s *server) methodNotAllowed(mux *chi.Mux) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		path := r.URL.RawPath // chi routes on the escaped path when there is one: so must Allow
+		if path == "" {
+			path = r.URL.Path
+		}
 		var allow []string
 		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPatch, http.MethodDelete} {
-			if mux.Match(chi.NewRouteContext(), m, r.URL.Path) {
+			if mux.Match(chi.NewRouteContext(), m, path) {
 				allow = append(allow, m)
 			}
 		}
