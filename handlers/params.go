@@ -109,7 +109,7 @@ func (l Limits) wait(r *http.Request, ms *int64) (d time.Duration, applied strin
 	if err != nil || !ok {
 		return 0, "", err
 	}
-	if secs*1000 > maxMs {
+	if secs > maxMs/1000 { // not secs*1000 > maxMs: that overflows, and a huge wait would pass
 		return 0, "", invalid("Prefer", fmt.Sprintf("wait must be at most %d seconds", maxMs/1000))
 	}
 	return time.Duration(secs) * time.Second, "wait=" + strconv.FormatInt(secs, 10), nil
