@@ -105,6 +105,9 @@ func batonExpiry(c *client.Client, ttl time.Duration) expiryRep {
 		if hold.Lease == nil {
 			return 0, fmt.Errorf("holder of %q not granted", name)
 		}
+		if time.Until(hold.Lease.ExpiresAt) < expiryLead {
+			return 0, errLate // expires_at is on the Redis clock, the same machine's
+		}
 		w, err := c.Acquire(ctx, name, client.AcquireOptions{TTL: time.Minute, Wait: 10 * time.Second})
 		if err != nil {
 			return 0, err
