@@ -64,3 +64,23 @@ chaos: deps tools-test
 
 chaos-quick: deps tools-test
 	$(GO) run ./chaos
+
+# Native Go fuzzing (handlers/fuzz*_test.go) of request decoding and validation,
+# lock names and the whole router, over a real redis-server: each target for
+# FUZZTIME, one after another; fuzz-quick: 10s each. The committed corpus
+# (handlers/testdata/fuzz) also runs, as ordinary tests, in make test. Each of
+# FUZZPARALLEL workers starts its own redis-server. New inputs are minimized for
+# at most 300 runs: over real HTTP and Redis, the default 60 s stalls a short run.
+FUZZTIME     ?= 30s
+FUZZPARALLEL ?= 1
+FUZZTARGETS  := FuzzAcquireBody FuzzRenewBody FuzzLockName FuzzRouter
+.PHONY: fuzz fuzz-quick
+
+fuzz: deps tools-test
+	@set -e; for t in $(FUZZTARGETS); do \
+		echo "fuzz: $$t for $(FUZZTIME)"; \
+		$(GO) test ./handlers -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 300x -parallel $(FUZZPARALLEL); \
+	done
+
+fuzz-quick:
+	$(MAKE) fuzz FUZZTIME=10s

@@ -1,0 +1,259 @@
+package handlers_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/handlers"
+)
+
+// Fuzz targets of paths: lock names on every lock route, and the whole router.
+// The helpers they share are in fuzz_test.go.
+
+// lockRoutes are the routes under /v1/locks/{name}, in the order FuzzLockName
+// sends them, with what each answers a valid name: $LEASE is the lease the POST
+// was granted, $TICKET an id never issued.
+var lockRoutes = []struct {
+	method, suffix string
+	want           int
+}{
+	{http.MethodPost, "", http.StatusCreated},
+	{http.MethodGet, "", http.StatusOK},
+	{http.MethodGet, "/leases/$LEASE", http.StatusOK},
+	{http.MethodPatch, "/leases/$LEASE", http.StatusOK},
+	{http.MethodDelete, "/leases/$LEASE", http.StatusOK},
+	{http.MethodGet, "/tickets/$TICKET", http.StatusGone},
+	{http.MethodDelete, "/tickets/$TICKET", http.StatusGone},
+	{http.MethodDelete, "?force=true", http.StatusOK},
+}
+
+// FuzzLockName sends an arbitrary string as the {name} of every lock route, once
+// url.PathEscape'd and once raw (when that makes a URL): a valid name is served,
+// any other is 400 invalid-name (404 for the empty name where no route takes it),
+// and no key is ever created but under <prefix>:{<name>} of a name served.
+func FuzzLockName(f *testing.F) {
+	for _, name := range []string{
+		"a", "AZaz09._:-", strings.Repeat("n", 200), "invoices:2024-06", ".", "..", "-", ":", "_",
+		"", " ", "a b", "a{b", "a}b", "{held}", "held}:x", "held/x", "/", "held\x00", "held\n", "a%b", "%41",
+		"a%2Fb", "a+b", "held*", "a?b", "a?force=true", "a#b", "café", "日本", "\xff", strings.Repeat("n", 201),
+		"x/leases/y", "x/tickets/y", "../livez", "a;b", "a=b", "a@b", "a~b",
+	} {
+		f.Add(name)
+	}
+	e := fuzzEnv(f, apiLimits)
+	f.Fuzz(func(t *testing.T, name string) {
+		e := envIn(t, e)
+		defer e.flush()
+		served := e.nameRoutes(url.PathEscape(name), true)
+		if name != url.PathEscape(name) {
+			served = append(served, e.nameRoutes(name, false)...)
+		}
+		e.checkKeys(func(n string) bool { return slices.Contains(served, n) })
+	})
+}
+
+// nameRoutes sends every lock route with sent as the {name} segment, checks each
+// answer, and returns the names the 2xx answers served. exact: sent is the
+// escaped form, and a valid name must get exactly lockRoutes' answers.
+func (e *env) nameRoutes(sent string, exact bool) []string {
+	e.t.Helper()
+	lease, ticket := unknownID(), unknownID()
+	var served []string
+	for _, r := range lockRoutes {
+		suffix := strings.NewReplacer("$LEASE", lease, "$TICKET", ticket).Replace(r.suffix)
+		hr, got := e.fuzzSend(r.method, "/v1/locks/"+sent+suffix, nil, nil)
+		if hr == nil {
+			if exact {
+				e.t.Fatalf("%s /v1/locks/%s: not a URL", r.method, sent)
+			}
+			continue
+		}
+		e.fuzzCheck(hr, nil, got, apiLimits.MaxWait)
+		what := fmt.Sprintf("%s %s: status %d %s", r.method, hr.URL.RequestURI(), got.Status, got.Str("type"))
+		if got.Status < 300 && got.Str("name") != "" {
+			served = append(served, got.Str("name"))
+		}
+		name, routed := routedName(hr, suffix)
+		switch valid := lockNameRE.MatchString(name); {
+		case !routed: // the path routes elsewhere: only the checks every answer gets
+		case valid && exact && got.Status != r.want:
+			e.t.Errorf("%s, want %d: %s", what, r.want, got.Raw)
+		case valid && got.Status < 300 && got.Status != http.StatusNoContent && got.Str("name") != name:
+			e.t.Errorf("%s: name %q, want %q", what, got.Str("name"), name)
+		case valid && (got.Str("type") == "/problems/invalid-name" || got.Status == 404 && got.Str("type") == "/problems/not-found" || got.Status == 405):
+			e.t.Errorf("%s, want the name %q served: %s", what, name, got.Raw)
+		case !valid && name == "" && got.Status == http.StatusNotFound && got.Str("type") == "/problems/not-found":
+		case !valid && (got.Status != http.StatusBadRequest || got.Str("type") != "/problems/invalid-name"):
+			e.t.Errorf("%s, want 400 invalid-name for %q: %s", what, name, got.Raw)
+		}
+		if r.method == http.MethodPost && got.Status == http.StatusCreated {
+			lease = got.Str("lease")
+		}
+	}
+	return served
+}
+
+// routedName is the {name} the router sees in hr as it goes on the wire (the
+// server parses the request URI as url.ParseRequestURI does, and chi routes on
+// the escaped path when it differs from the decoded one), and whether the request
+// has the shape /v1/locks/{name}+suffix at all.
+func routedName(hr *http.Request, suffix string) (string, bool) {
+	u, err := url.ParseRequestURI(hr.URL.RequestURI())
+	if err != nil {
+		return "", false
+	}
+	p := u.Path
+	if u.RawPath != "" {
+		p = u.RawPath
+	}
+	suffixPath, suffixQuery, _ := strings.Cut(suffix, "?")
+	rest, ok := strings.CutPrefix(p, "/v1/locks/")
+	name, ok2 := strings.CutSuffix(rest, suffixPath)
+	if !ok || !ok2 || strings.Contains(name, "/") || u.RawQuery != suffixQuery {
+		return "", false
+	}
+	return name, true
+}
+
+var (
+	routerMethods = []string{http.MethodGet, http.MethodPost, http.MethodPatch, http.MethodDelete,
+		http.MethodPut, http.MethodHead, http.MethodOptions}
+	routerPrefixes = []string{"/v1/locks/", "/v1/locks/held", "/v1/locks/held/leases/", "/v1/locks/held/tickets/",
+		"/v1/locks/free", "/", "/v1/", "/v1/locks", "/livez", "/readyz", "/metrics", "/openapi.yaml"}
+	// routerLimits keep every wait short: one input is one request, over a lock
+	// held for a minute.
+	routerLimits = handlers.Limits{DefaultTTL: 30 * time.Second, MinTTL: 100 * time.Millisecond, MaxTTL: 24 * time.Hour, MaxWait: 100 * time.Millisecond}
+)
+
+// routerSeed is one FuzzRouter input: indexes into routerMethods and
+// routerPrefixes, the rest of the path, the query, the body and a Prefer header.
+type routerSeed struct {
+	method, prefix    uint8
+	path, query, body string
+	prefer            string
+}
+
+var routerSeeds = []routerSeed{
+	{0, 1, "", "", "", ""},
+	{0, 1, "", "wait_ms=50", "", ""},
+	{0, 1, "", "wait_ms=50&fence=1", "", ""},
+	{0, 1, "", "wait_ms=abc", "", ""},
+	{0, 1, "", "wait_ms=-1&fence=-1", "", ""},
+	{0, 1, "", "wait_ms=", "", ""},
+	{0, 1, "", "wait_ms=%zz", "", ""},
+	{0, 1, "", "wait=5", "", ""},
+	{0, 1, "", "fence=99999999999999999999", "", ""},
+	{0, 1, "", "", "", "wait=0"},
+	{0, 1, "", "", "", "wait=1"},
+	{0, 1, "", "", "", "wait=9300000000000000"},
+	{0, 4, "", "wait_ms=100", "", ""},
+	{1, 1, "", "", "{}", ""},
+	{1, 1, "", "", `{"fair":true}`, ""},
+	{1, 1, "", "", `{"lease":"$LEASE"}`, ""},
+	{1, 1, "", "", `{"lease":"$TICKET"}`, ""},
+	{1, 1, "", "", `{"wait_ms":50}`, ""},
+	{1, 4, "", "", `{"ttl_ms":1000}`, ""},
+	{1, 4, "", "", "", "wait=0"},
+	{1, 4, "", "ttl_ms=1000", "", ""},
+	{1, 0, "x", "", `{"ttl_ms":1e30}`, ""},
+	{1, 4, "", "", "[", ""},
+	{1, 4, "", "", bodyOf(16<<10 + 1), ""},
+	{3, 1, "", "force=true", "", ""},
+	{3, 1, "", "", "", ""},
+	{3, 1, "", "force=yes", "", ""},
+	{3, 1, "", "force=true&wait=5", "", ""},
+	{0, 2, "$LEASE", "", "", ""},
+	{2, 2, "$LEASE", "", `{"ttl_ms":5000}`, ""},
+	{2, 2, "$LEASE", "", "", ""},
+	{3, 2, "$LEASE", "", "", ""},
+	{0, 2, "unknown", "", "", ""},
+	{0, 2, "$TICKET", "", "", ""},
+	{0, 3, "$TICKET", "wait_ms=50", "", ""},
+	{0, 3, "$TICKET", "", "", "wait=0"},
+	{0, 3, "$TICKET", "fence=1", "", ""},
+	{3, 3, "$TICKET", "", "", ""},
+	{0, 3, "$LEASE", "", "", ""},
+	{1, 2, "$LEASE", "", "{}", ""},
+	{4, 1, "", "", "{}", ""},
+	{2, 1, "", "", "{}", ""},
+	{1, 3, "$TICKET", "", "", ""},
+	{4, 0, "a%2Fb", "", "", ""},
+	{5, 8, "", "", "", ""},
+	{6, 0, "x", "", "", ""},
+	{0, 0, "", "", "", ""},
+	{0, 7, "", "", "", ""},
+	{0, 0, "/leases/x", "", "", ""},
+	{0, 0, "a%2Fb", "", "", ""},
+	{0, 0, "a%20b", "", "", ""},
+	{0, 0, "caf%C3%A9", "", "", ""},
+	{0, 0, "%zz", "", "", ""},
+	{0, 0, "a b\x00", "", "", ""},
+	{0, 0, "held/leases/$LEASE/x", "", "", ""},
+	{0, 0, "..", "", "", ""},
+	{0, 0, "held#frag", "", "", ""},
+	{0, 8, "", "", "", ""},
+	{0, 9, "", "", "", ""},
+	{0, 10, "", "", "", ""},
+	{0, 11, "", "", "", ""},
+	{1, 8, "", "", "", ""},
+	{3, 10, "", "", "", ""},
+	{0, 5, "", "", "", ""},
+	{0, 6, "locks/held", "", "", ""},
+}
+
+// FuzzRouter sends a fuzzed method, path, query, body and Prefer header to the
+// whole router over a lock "held" with a lease ($LEASE in path, query or body)
+// and a queued ticket ($TICKET). It checks only what holds for every request:
+// see fuzzCheck; and no key but under <prefix>:{<valid name>}.
+func FuzzRouter(f *testing.F) {
+	for _, s := range routerSeeds {
+		f.Add(s.method, s.prefix, s.path, s.query, []byte(s.body), s.prefer)
+	}
+	e := fuzzEnv(f, routerLimits)
+	f.Fuzz(func(t *testing.T, method, prefix uint8, path, query string, body []byte, prefer string) {
+		if !validHeader(prefer) {
+			t.Skip("Prefer is no header value")
+		}
+		e := envIn(t, e)
+		defer e.flush()
+		lease := e.acquire("held", map[string]any{"ttl_ms": 60000}).Str("lease")
+		tk := e.do(req{Method: http.MethodPost, Path: "/v1/locks/held", Body: map[string]any{"fair": true}})
+		wantStatus(t, tk, http.StatusAccepted, "")
+		ids := strings.NewReplacer("$LEASE", lease, "$TICKET", tk.Str("ticket"))
+		target := routerPrefixes[int(prefix)%len(routerPrefixes)] + ids.Replace(path)
+		if query != "" {
+			target += "?" + ids.Replace(query)
+		}
+		body = []byte(ids.Replace(string(body)))
+		m := routerMethods[int(method)%len(routerMethods)]
+		hr, got := e.fuzzSend(m, target, body, bodyHeader(0, prefer))
+		if hr == nil {
+			if hr, got = e.fuzzSend(m, escapeTarget(target), body, bodyHeader(0, prefer)); hr == nil {
+				t.Fatalf("%q escaped is still no URL: %q", target, escapeTarget(target))
+			}
+		}
+		e.fuzzCheck(hr, body, got, routerLimits.MaxWait)
+		e.checkKeys(lockNameRE.MatchString)
+	})
+}
+
+// escapeTarget percent-encodes what keeps a path and query from being a URL:
+// control bytes, spaces, non-ASCII and a '%' that starts no escape.
+func escapeTarget(s string) string {
+	hex := func(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || c == '%' && !(i+2 < len(s) && hex(s[i+1]) && hex(s[i+2])) {
+			fmt.Fprintf(&b, "%%%02X", c)
+		} else {
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
