@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -82,7 +83,11 @@ func writeError(w http.ResponseWriter, r *http.Request, log *zerolog.Logger, err
 		p = kind("store-unavailable", 503, "Store unavailable",
 			"The lock store cannot be reached, or the server is shutting down; retry shortly.")
 		w.Header().Set("Retry-After", "1")
-		log.Warn().Err(err).Msg("store unavailable")
+		if errors.Is(err, context.Canceled) {
+			log.Debug().Err(err).Msg("client went away") // nobody reads this answer
+		} else {
+			log.Warn().Err(err).Msg("store unavailable")
+		}
 	case errors.Is(err, errNotFound):
 		p = kind("not-found", 404, "Not found", "No such resource; see /openapi.yaml for the API.")
 	case errors.Is(err, errMethodNotAllowed):
