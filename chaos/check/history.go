@@ -1,0 +1,158 @@
+// Package check records what clients of Baton did and saw, and checks it: each
+// lock's history against a porcupine model of a fenced, reentrant lock with
+// leases that expire, and every holder's writes against a fenced resource.
+//
+// Times are wall-clock readings (time.Now) of the test process. Redis keeps lease
+// time on the same machine's wall clock (PEXPIRE, TIME), so a lease's expires_at
+// and the calls' times can be compared, within Slack.
+package check
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Kind is what an operation asked for.
+type Kind uint8
+
+const (
+	// Acquire is a POST of a new lease (fair or not); with Outcome OK it granted one.
+	Acquire Kind = iota
+	// Poll is a ticket's long-poll; with Outcome OK it returned the ticket's lease.
+	Poll
+	// Reenter is a POST with the lease of a hold: count + 1, the lease renewed.
+	Reenter
+	// Renew is a PATCH of the lease.
+	Renew
+	// Release is a DELETE of one hold.
+	Release
+	// Get is a GET of the lease.
+	Get
+	// Cancel is a DELETE of a ticket.
+	Cancel
+	// Loss is not a request: Redis lost its data (killed and restarted without
+	// persistence) at some moment between Call and Return. Every hold may vanish
+	// there; fences must still increase.
+	Loss
+)
+
+var kindNames = [...]string{"acquire", "poll", "reenter", "renew", "release", "get", "cancel", "loss"}
+
+func (k Kind) String() string { return kindNames[k] }
+
+// Outcome is what an operation's answer says about its effect.
+type Outcome uint8
+
+const (
+	// OK is a success: a lease granted, re-entered, renewed, released or read.
+	OK Outcome = iota
+	// NotHeld is a 404 lease-not-held.
+	NotHeld
+	// Busy is a 423 lock-held: nothing happened.
+	Busy
+	// Queued is a 202: a ticket created, or still waiting.
+	Queued
+	// Gone is a 410 ticket-gone.
+	Gone
+	// Unknown is a timeout, a 5xx, a 429 or a transport error: the operation may or
+	// may not have taken effect, at any moment after its call.
+	Unknown
+	// Invalid is a 400 or an answer outside the contract: a bug in the workload or
+	// the server, reported as such.
+	Invalid
+)
+
+var outcomeNames = [...]string{"ok", "not-held", "busy", "queued", "gone", "unknown", "invalid"}
+
+func (o Outcome) String() string { return outcomeNames[o] }
+
+// Op is one operation of a history.
+type Op struct {
+	Client  int
+	Lock    string
+	Kind    Kind
+	Lease   string        // the lease the operation names, or the one it was granted
+	Ticket  string        // Poll and Cancel: the ticket; a fair Acquire: the ticket it got
+	TTL     time.Duration // the ttl asked for (Acquire, Reenter, Renew)
+	Call    time.Time
+	Return  time.Time
+	Outcome Outcome
+
+	// From the answer, when Outcome is OK.
+	Fence      int64
+	Count      int
+	Released   bool      // Release: the count reached 0
+	ExpiresAt  time.Time // lease answers: when the lease runs out, by the Redis clock
+	AcquiredAt time.Time // lease answers: when it was granted, by the Redis clock
+
+	// TicketCall is, for a Poll, when the ticket was asked for: a grant to the
+	// ticket can have happened at any moment since.
+	TicketCall time.Time
+	Detail     string // the error, for the log
+}
+
+func (o Op) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "c%-3d %-7s %-8s", o.Client, o.Kind, o.Outcome)
+	if o.Lease != "" {
+		fmt.Fprintf(&b, " lease=%s", short(o.Lease))
+	}
+	if o.Ticket != "" {
+		fmt.Fprintf(&b, " ticket=%s", short(o.Ticket))
+	}
+	if o.Outcome == OK && o.Kind != Loss && o.Kind != Cancel {
+		fmt.Fprintf(&b, " fence=%d count=%d", o.Fence, o.Count)
+		if o.Kind == Release {
+			fmt.Fprintf(&b, " released=%v", o.Released)
+		} else {
+			fmt.Fprintf(&b, " expires=%s", clock(o.ExpiresAt))
+		}
+	}
+	if o.TTL > 0 {
+		fmt.Fprintf(&b, " ttl=%v", o.TTL)
+	}
+	fmt.Fprintf(&b, " [%s, %s]", clock(o.Call), clock(o.Return))
+	if o.Detail != "" {
+		fmt.Fprintf(&b, " (%s)", o.Detail)
+	}
+	return b.String()
+}
+
+func short(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
+}
+
+func clock(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.Format("15:04:05.000000")
+}
+
+// Recorder collects operations from many goroutines.
+type Recorder struct {
+	mu  sync.Mutex
+	ops []Op
+}
+
+// Add records one operation.
+func (r *Recorder) Add(o Op) {
+	r.mu.Lock()
+	r.ops = append(r.ops, o)
+	r.mu.Unlock()
+}
+
+// Ops returns the operations recorded so far, by call time.
+func (r *Recorder) Ops() []Op {
+	r.mu.Lock()
+	ops := append([]Op(nil), r.ops...)
+	r.mu.Unlock()
+	sort.SliceStable(ops, func(i, j int) bool { return ops[i].Call.Before(ops[j].Call) })
+	return ops
+}

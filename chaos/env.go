@@ -1,0 +1,227 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/batonhq/baton/client"
+	"github.com/batonhq/baton/internal/redistest"
+)
+
+// keyPrefix is the BATON_KEY_PREFIX of every Baton this program starts.
+const keyPrefix = "chaos"
+
+// topology is what a scenario runs on: today one redis-server and two Baton
+// processes that talk to it directly. Faults between Baton and Redis (a proxy) or a
+// Sentinel setup are other topologies behind the same fields.
+type topology struct {
+	redis  *redistest.Server
+	rdb    *redis.Client // for injecting faults and inspecting keys
+	batons []*baton
+	cls    []*client.Client // one per Baton process, same order
+	hc     *http.Client     // the clients' transport, closed at the end
+}
+
+// baton is one Baton server process on a fixed port, so that it can be killed and
+// started again where its clients expect it.
+type baton struct {
+	name string
+	bin  string
+	dir  string
+	env  []string
+	base string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
+	logf   *os.File
+	starts int
+}
+
+// startTopology starts a redis-server (with extra arguments) whose files go to
+// dir, and n Baton processes on it. stop undoes it all.
+func startTopology(dir, bin string, n int, redisArgs []string, batonEnv []string) (*topology, error) {
+	rdir := filepath.Join(dir, "redis")
+	if err := os.MkdirAll(rdir, 0o755); err != nil {
+		return nil, err
+	}
+	rs, err := redistest.StartServer(rdir, redisArgs...)
+	if err != nil {
+		return nil, err
+	}
+	t := &topology{redis: rs, rdb: redis.NewClient(&redis.Options{Addr: rs.Addr(), MaxRetries: -1}),
+		hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 30 * time.Second}}}
+	for i := range n {
+		port, err := freePort()
+		if err != nil {
+			t.stop()
+			return nil, err
+		}
+		b := &baton{
+			name: string(rune('A' + i)), bin: bin, dir: dir, base: "http://127.0.0.1:" + strconv.Itoa(port),
+			env: append([]string{
+				"BATON_ADDR=127.0.0.1:" + strconv.Itoa(port), "BATON_REDIS_URL=" + rs.URL(),
+				"BATON_KEY_PREFIX=" + keyPrefix, "BATON_LOG_LEVEL=warn", "BATON_LOG_FORMAT=json",
+				"BATON_SHUTDOWN_DELAY=0s", "BATON_SHUTDOWN_TIMEOUT=2s",
+			}, batonEnv...),
+		}
+		if err := b.start(); err != nil {
+			t.stop()
+			return nil, err
+		}
+		t.batons = append(t.batons, b)
+		t.cls = append(t.cls, client.New(b.base, client.WithHTTPClient(t.hc)))
+	}
+	return t, nil
+}
+
+func (t *topology) stop() {
+	for _, b := range t.batons {
+		b.stop()
+	}
+	t.hc.CloseIdleConnections()
+	_ = t.rdb.Close()
+	t.redis.Stop()
+}
+
+// start runs the process and waits until /readyz answers 200.
+func (b *baton) start() error {
+	b.mu.Lock()
+	b.starts++
+	logf, err := os.OpenFile(filepath.Join(b.dir, "baton-"+b.name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		b.mu.Unlock()
+		return err
+	}
+	cmd := exec.Command(b.bin)
+	cmd.Env = append(os.Environ(), b.env...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		b.mu.Unlock()
+		logf.Close()
+		return fmt.Errorf("start baton %s: %w", b.name, err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	b.cmd, b.exited, b.logf = cmd, exited, logf
+	b.mu.Unlock()
+
+	hc := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			return fmt.Errorf("baton %s exited while starting; see %s", b.name, logf.Name())
+		default:
+		}
+		if res, err := hc.Get(b.base + "/readyz"); err == nil {
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		time.Sleep(10 * time.Millisecond) // nothing to wait on but the port
+	}
+	return fmt.Errorf("baton %s not ready within 15s; see %s", b.name, logf.Name())
+}
+
+// kill stops the process with SIGKILL, as a crash would, and waits for it to go.
+func (b *baton) kill() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cmd == nil {
+		return
+	}
+	_ = b.cmd.Process.Signal(syscall.SIGKILL)
+	<-b.exited
+	b.logf.Close()
+	b.cmd = nil
+}
+
+// stop sends SIGTERM, then SIGKILL after a grace period.
+func (b *baton) stop() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cmd == nil {
+		return
+	}
+	_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-b.exited:
+	case <-time.After(5 * time.Second):
+		_ = b.cmd.Process.Kill()
+		<-b.exited
+	}
+	b.logf.Close()
+	b.cmd = nil
+}
+
+// gauge reads one metric without labels from /metrics; -1 when unreadable.
+func (b *baton) gauge(ctx context.Context, name string) float64 {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, b.base+"/metrics", nil)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return -1
+	}
+	defer res.Body.Close()
+	sc := bufio.NewScanner(res.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err == nil {
+				return f
+			}
+		}
+	}
+	return -1
+}
+
+// buildBaton builds the server from this tree into dir.
+func buildBaton(ctx context.Context, root, dir string) (string, error) {
+	bin := filepath.Join(dir, "baton")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/server")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build baton: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// moduleRoot is the directory of this module's go.mod.
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return "", errors.New("not inside the baton module: run from the repository")
+	}
+	return filepath.Dir(gomod), nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

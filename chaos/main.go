@@ -1,0 +1,191 @@
+// Command chaos runs Baton under faults and checks what its clients saw (issue 5).
+//
+// Each scenario starts a fresh redis-server and two Baton processes built from
+// this tree, on free loopback ports, and runs a workload of concurrent clients
+// (fair and non-fair acquires, re-entries, renewals, releases, holders that stop
+// renewing and write on, waiters that stop polling) while it injects its fault
+// again and again. Every request is recorded; each lock's history is then checked
+// with porcupine against a model of a fenced, reentrant lock with expiring leases
+// (chaos/check), and every holder's writes go through a fenced resource that
+// counts the stale writes it rejected and any it should not have accepted. After
+// the workload Redis must hold no key of the finished locks but their fences.
+//
+//	go run ./chaos         # quick: about two minutes
+//	go run ./chaos -full   # full: under twenty minutes
+//
+// It prints a table and ends with the line
+// "chaos: N scenarios, V violations, S stale writes accepted", exiting 1 when V or
+// S is above zero, and 2 when the run itself failed. Columns: the requests the
+// workload made; violations (lock histories no legal order explains, answers
+// outside the contract, keys left in Redis, faults the service did not recover
+// from within 30s); stale writes the fenced resources accepted and rejected; the
+// requests answered with a status below 500; and the time from the end of each
+// fault (the killed process started again; a killed connection at once) until a
+// lock is handed over between the two Baton processes, both ways, within a second.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// config is the size and pace of a run.
+type config struct {
+	clients  int           // concurrent workload clients
+	locks    int           // lock names they share
+	duration time.Duration // workload time per scenario
+	tail     time.Duration // fault-free time at the end of the workload
+	maxOps   int           // requests per client, at most
+
+	minTTL, maxTTL time.Duration // lease lengths asked for, mostly
+	longTTL        time.Duration // the longest lease, asked for now and then
+	maxWait        time.Duration // the longest wait_ms of an acquire
+	maxPoll        time.Duration // the longest wait_ms of a ticket poll
+	ticketTTL      time.Duration // BATON_TICKET_TTL
+
+	pubsubEvery, redisEvery, batonEvery time.Duration // how often each fault is injected
+	down                                time.Duration // how long a killed process stays down
+
+	settle       time.Duration // how long leftovers may take to expire after the workload
+	checkTimeout time.Duration // porcupine's time per lock history
+	seed         uint64
+	keep         bool // keep the working directory, histories included
+}
+
+func quickConfig() config {
+	return config{
+		clients: 32, locks: 6, duration: 20 * time.Second, tail: 2 * time.Second, maxOps: 4000,
+		minTTL: 200 * time.Millisecond, maxTTL: 800 * time.Millisecond, longTTL: 4 * time.Second,
+		maxWait: 800 * time.Millisecond, maxPoll: 800 * time.Millisecond, ticketTTL: time.Second,
+		pubsubEvery: time.Second, redisEvery: 3 * time.Second, batonEvery: 3 * time.Second,
+		down: 300 * time.Millisecond, checkTimeout: 20 * time.Second,
+	}
+}
+
+func fullConfig() config {
+	c := quickConfig()
+	c.clients, c.locks, c.duration, c.tail, c.maxOps = 48, 8, 110*time.Second, 4*time.Second, 100000
+	c.pubsubEvery, c.redisEvery, c.batonEvery = 1500*time.Millisecond, 7*time.Second, 7*time.Second
+	c.checkTimeout = time.Minute
+	return c
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	code, err := run(ctx, os.Args[1:], os.Stdout)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos:", err)
+		code = 2
+	}
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
+	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
+	full := fs.Bool("full", false, "the full run (<= 20 min) instead of the quick one (<= 8 min)")
+	only := fs.String("only", "", "comma-separated scenarios to run; default all")
+	clients := fs.Int("clients", 0, "workload clients (default: the mode's)")
+	duration := fs.Duration("duration", 0, "workload time per scenario (default: the mode's)")
+	seed := fs.Uint64("seed", 0, "the workload's random seed (default: from the clock)")
+	keep := fs.Bool("keep", false, "keep the working directory (logs, histories) even when all is well")
+	prebuilt := fs.String("bin", "", "run this Baton binary instead of building ./cmd/server (to try the checker on a broken server)")
+	if err := fs.Parse(args); err != nil {
+		return 2, err
+	}
+	cfg := quickConfig()
+	if *full {
+		cfg = fullConfig()
+	}
+	if *clients > 0 {
+		cfg.clients = *clients
+	}
+	if *duration > 0 {
+		cfg.duration = *duration
+		cfg.tail = min(cfg.tail, *duration/4)
+	}
+	cfg.seed, cfg.keep = *seed, *keep
+	if cfg.seed == 0 {
+		cfg.seed = uint64(time.Now().UnixNano())
+	}
+	cfg.settle = cfg.longTTL + cfg.maxPoll + 2*cfg.ticketTTL + 2*time.Second
+
+	var chosen []scenario
+	for _, sc := range scenarios() {
+		if *only == "" || contains(strings.Split(*only, ","), sc.name) {
+			chosen = append(chosen, sc)
+		}
+	}
+	if len(chosen) == 0 {
+		return 2, fmt.Errorf("no scenario matches -only %q", *only)
+	}
+
+	dir, err := os.MkdirTemp("", "baton-chaos-")
+	if err != nil {
+		return 2, err
+	}
+	bin := *prebuilt
+	if bin == "" {
+		root, err := moduleRoot()
+		if err != nil {
+			return 2, err
+		}
+		if bin, err = buildBaton(ctx, root, dir); err != nil {
+			return 2, err
+		}
+	}
+	fmt.Fprintf(stdout, "chaos: %d scenarios, %d clients over 2 Baton processes, %v each, seed %d, in %s\n",
+		len(chosen), cfg.clients, cfg.duration, cfg.seed, dir)
+
+	var rows []row
+	for _, sc := range chosen {
+		start := time.Now()
+		r, err := runScenario(ctx, &cfg, sc, bin, filepath.Join(dir, sc.name))
+		if err != nil {
+			return 2, fmt.Errorf("%w (logs in %s)", err, dir)
+		}
+		fmt.Fprintf(stdout, "  %-16s %v: %s\n", sc.name, time.Since(start).Round(100*time.Millisecond), r.summary)
+		rows = append(rows, r)
+	}
+
+	v, s, inconclusive := 0, 0, 0
+	for _, r := range rows {
+		v += r.violations
+		s += r.staleAccepted
+		inconclusive += r.inconclusive
+		for _, d := range r.details {
+			fmt.Fprintf(stdout, "%s: %s\n", r.name, d)
+		}
+	}
+	fmt.Fprintln(stdout)
+	printTable(stdout, rows)
+	if v == 0 && s == 0 && inconclusive == 0 && !cfg.keep {
+		_ = os.RemoveAll(dir)
+	}
+	fmt.Fprintf(stdout, "chaos: %d scenarios, %d violations, %d stale writes accepted\n", len(rows), v, s)
+	switch {
+	case v > 0 || s > 0:
+		return 1, nil
+	case inconclusive > 0:
+		return 2, nil
+	}
+	return 0, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, l := range list {
+		if strings.TrimSpace(l) == s {
+			return true
+		}
+	}
+	return false
+}

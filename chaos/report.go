@@ -1,0 +1,73 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// printTable prints one row per scenario: the first column left-aligned, the
+// figures right-aligned.
+func printTable(w io.Writer, rows []row) {
+	table := [][]string{{"scenario", "operations", "violations", "stale writes accepted",
+		"stale writes rejected", "answered without 5xx", "time to recover"}}
+	for _, r := range rows {
+		pct := 100.0
+		if r.requests > 0 {
+			pct = 100 * float64(r.answered) / float64(r.requests)
+		}
+		table = append(table, []string{r.name, strconv.Itoa(r.ops), strconv.Itoa(r.violations),
+			strconv.Itoa(r.staleAccepted), strconv.Itoa(r.staleRejected),
+			fmt.Sprintf("%d (%.2f%%)", r.answered, pct), recovery(r)})
+	}
+	width := make([]int, len(table[0]))
+	for _, line := range table {
+		for i, cell := range line {
+			width[i] = max(width[i], len(cell))
+		}
+	}
+	for _, line := range table {
+		var b strings.Builder
+		for i, cell := range line {
+			pad := strings.Repeat(" ", width[i]-len(cell))
+			switch {
+			case i == 0:
+				b.WriteString(cell + pad)
+			case i == len(line)-1:
+				b.WriteString("  " + cell)
+			default:
+				b.WriteString("  " + pad + cell)
+			}
+		}
+		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
+	}
+}
+
+// recovery is the median and worst time from a fault's end (the killed process
+// started again) to a working handoff between the Baton processes, both ways,
+// over the scenario's faults.
+func recovery(r row) string {
+	if r.faults == 0 {
+		return "-"
+	}
+	if len(r.recovery) == 0 {
+		return "never (" + strconv.Itoa(r.faults) + " faults)"
+	}
+	d := slices.Clone(r.recovery)
+	slices.Sort(d)
+	s := fmt.Sprintf("p50 %s, max %s (%d faults)", round(d[len(d)/2]), round(d[len(d)-1]), r.faults)
+	if n := r.faults - len(d); n > 0 {
+		s += fmt.Sprintf(", %d never", n)
+	}
+	return s
+}
+
+func round(d time.Duration) string {
+	if d < time.Second {
+		return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
+	}
+	return fmt.Sprintf("%.2fs", d.Seconds())
+}

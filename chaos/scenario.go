@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/batonhq/baton/chaos/check"
+)
+
+// scenario is one row of the table: a topology, a fault injected again and again
+// while the workload runs, and what the checker is told about it.
+type scenario struct {
+	name      string
+	redisArgs []string // extra redis-server arguments
+	batonEnv  []string // extra BATON_* settings
+	// inject injects the fault until ctx ends; nil for no fault. Each injection
+	// waits for the service to recover (r.fault) before the next: recovery is
+	// timed from the end of the fault, when the killed process is started again
+	// (or at once, for a killed connection).
+	inject func(ctx context.Context, r *trial) error
+}
+
+func scenarios() []scenario {
+	return []scenario{
+		{name: "baseline"},
+		{name: "pubsub-kill", inject: killPubSub},
+		{name: "redis-kill", inject: killRedis(true)},
+		{name: "redis-kill-aof", redisArgs: []string{"--appendonly", "yes", "--appendfsync", "always"}, inject: killRedis(false)},
+		{name: "baton-kill", inject: killBaton},
+	}
+}
+
+// every calls f every interval until ctx ends.
+func every(ctx context.Context, interval time.Duration, f func() error) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			if err := f(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// killPubSub closes every pub/sub connection to Redis (CLIENT KILL TYPE pubsub).
+func killPubSub(ctx context.Context, r *trial) error {
+	return every(ctx, r.cfg.pubsubEvery, func() error {
+		at := time.Now()
+		if err := r.top.rdb.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil && ctx.Err() == nil {
+			return fmt.Errorf("client kill: %w", err)
+		}
+		r.fault(at)
+		return nil
+	})
+}
+
+// killRedis kills redis-server with SIGKILL and starts it again on the same port
+// and directory. Without persistence every lock is gone: the history gets a Loss
+// spanning the kill and the restart. With the AOF fsynced on every write nothing
+// acknowledged may be lost, and the history gets no Loss: a hold that vanished is
+// a violation.
+func killRedis(loss bool) func(context.Context, *trial) error {
+	return func(ctx context.Context, r *trial) error {
+		return every(ctx, r.cfg.redisEvery, func() error {
+			killed := time.Now()
+			r.top.redis.Kill()
+			time.Sleep(r.cfg.down)
+			restarted := time.Now()
+			err := r.top.redis.Restart()
+			if loss {
+				r.rec.Add(check.Op{Kind: check.Loss, Call: killed, Return: time.Now(), Outcome: check.OK, Client: -1})
+			}
+			if err != nil {
+				return fmt.Errorf("restart redis: %w", err)
+			}
+			r.fault(restarted)
+			return nil
+		})
+	}
+}
+
+// killBaton kills one Baton process (in turn) with SIGKILL once it has waiters
+// in long-polls, and starts it again on the same port.
+func killBaton(ctx context.Context, r *trial) error {
+	n := 0
+	return every(ctx, r.cfg.batonEvery, func() error {
+		b := r.top.batons[n%len(r.top.batons)]
+		n++
+		for until := time.Now().Add(2 * time.Second); time.Now().Before(until) && b.gauge(ctx, "baton_waiters") < 1; {
+			time.Sleep(10 * time.Millisecond) // a gauge: only visible by asking
+		}
+		b.kill()
+		time.Sleep(r.cfg.down)
+		restarted := time.Now()
+		if err := b.start(); err != nil {
+			return err
+		}
+		r.fault(restarted)
+		return nil
+	})
+}

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/batonhq/baton/chaos/check"
+	"github.com/batonhq/baton/client"
+)
+
+// writeGuard is how long before its lease's end, by its own clock, a careful
+// holder stops writing. Zombies ignore it.
+const writeGuard = 50 * time.Millisecond
+
+// worker is one client of the workload. In a loop, until the workload's time or
+// its operation budget runs out, it picks a lock and asks for it: fair or not,
+// with a wait or without. Holding, it writes to the lock's resource, renews,
+// re-enters, reads its lease and releases; some holders stop renewing and write on
+// past their lease's end (zombies, as after a long pause); some fair waiters stop
+// polling (their ticket is abandoned), others cancel.
+type worker struct {
+	caller
+	cfg   *config
+	rng   *rand.Rand
+	locks []string
+	res   map[string]*check.Resource
+	ops   *atomic.Int64 // requests made by this worker
+}
+
+func newWorker(id int, cfg *config, cls []*client.Client, rec *check.Recorder, tal *tally, locks []string, res map[string]*check.Resource) *worker {
+	w := &worker{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.seed, uint64(id))), locks: locks, res: res, ops: new(atomic.Int64)}
+	w.caller = caller{id: id, cls: cls, rec: rec, tal: tal, pick: func() int {
+		w.ops.Add(1)
+		return w.rng.IntN(len(cls))
+	}}
+	return w
+}
+
+func (w *worker) run(ctx context.Context) {
+	for ctx.Err() == nil && w.ops.Load() < int64(w.cfg.maxOps) {
+		w.cycle(ctx)
+	}
+}
+
+func (w *worker) dur(lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(w.rng.Int64N(int64(hi-lo)+1))
+}
+
+func (w *worker) chance(p float64) bool { return w.rng.Float64() < p }
+
+// backoff pauses after an answer that says the service is in trouble (a 5xx, a
+// transport error), as a client honouring Retry-After would, only shorter.
+func (w *worker) backoff() { time.Sleep(w.dur(50*time.Millisecond, 250*time.Millisecond)) }
+
+func (w *worker) cycle(ctx context.Context) {
+	name := w.locks[w.rng.IntN(len(w.locks))]
+	ttl := w.dur(w.cfg.minTTL, w.cfg.maxTTL)
+	if w.chance(0.15) {
+		ttl = w.dur(w.cfg.maxTTL, w.cfg.longTTL) // outlives a Redis restart
+	}
+	o := client.AcquireOptions{TTL: ttl, Owner: "c" + strconv.Itoa(w.id)}
+	switch r := w.rng.Float64(); {
+	case r < 0.35:
+		o.Fair = true
+		if w.chance(0.5) {
+			o.Wait = w.dur(50*time.Millisecond, w.cfg.maxWait)
+		}
+	case r < 0.5: // no wait
+	default:
+		o.Wait = w.dur(50*time.Millisecond, w.cfg.maxWait)
+	}
+	res, op := w.acquire(name, o)
+	switch op.Outcome {
+	case check.OK:
+		w.hold(ctx, name, res.Lease, op.Call, op.Return, ttl)
+	case check.Queued:
+		w.await(ctx, name, res.Ticket, op.Call, ttl)
+	case check.Busy:
+		time.Sleep(w.dur(5*time.Millisecond, 40*time.Millisecond))
+	default:
+		w.backoff()
+	}
+}
+
+// await polls a ticket until it is granted, gone or given up.
+func (w *worker) await(ctx context.Context, name string, t *client.Ticket, asked time.Time, ttl time.Duration) {
+	abandonAt := -1
+	if w.chance(0.15) {
+		abandonAt = w.rng.IntN(3)
+	}
+	for i := range 30 {
+		if i == abandonAt || ctx.Err() != nil {
+			return // stops polling: the ticket runs out, and any grant made to it
+		}
+		if w.chance(0.04) {
+			w.cancel(name, t.ID)
+			return
+		}
+		res, op := w.poll(name, t.ID, asked, w.dur(100*time.Millisecond, w.cfg.maxPoll))
+		switch op.Outcome {
+		case check.OK:
+			from, to := check.GrantWindow(op)
+			w.hold(ctx, name, res.Lease, from, to, ttl)
+			return
+		case check.Queued:
+		case check.Unknown: // the ticket may well be there still: poll again, soon
+			w.backoff()
+		default:
+			return
+		}
+	}
+	w.cancel(name, t.ID)
+}
+
+// hold works under a lease granted between from and to, then releases it.
+func (w *worker) hold(ctx context.Context, name string, l *client.Lease, from, to time.Time, ttl time.Duration) {
+	res := w.res[name]
+	wr := check.Writer{Lease: l.ID, Fence: l.Fence, GrantFrom: from, GrantTo: to}
+	zombie := w.chance(0.12)
+	end, count := l.ExpiresAt, l.Count
+	lost := false // told lease-not-held: nothing left to release
+	for i, steps := 0, 1+w.rng.IntN(4); i < steps && !lost; i++ {
+		if !zombie && time.Now().After(end.Add(-writeGuard)) {
+			break // by its own clock the lease is over: a careful holder stops writing
+		}
+		res.Write(wr)
+		var got *client.Lease
+		var op check.Op
+		switch r := w.rng.Float64(); {
+		case zombie:
+		case r < 0.45:
+			got, op = w.renew(name, l.ID, ttl)
+		case r < 0.60 && count < 3:
+			got, op = w.reenter(name, l.ID, ttl)
+		case r < 0.70:
+			got, op = w.get(name, l.ID)
+		}
+		switch {
+		case got != nil:
+			count = got.Count
+			if op.Kind != check.Get {
+				end = got.ExpiresAt
+			}
+		case op.Outcome == check.NotHeld:
+			lost = true
+			continue
+		}
+		time.Sleep(w.dur(ttl/10, ttl/4))
+	}
+	if zombie {
+		// Paused past its lease, it wakes up and writes on as if it still held.
+		for until := end.Add(ttl / 2); time.Now().Before(until); {
+			res.Write(wr)
+			time.Sleep(ttl / 5)
+		}
+	}
+	if !lost {
+		w.releaseAll(name, l, count)
+	}
+}
+
+// releaseAll releases the holds left; after an unknown outcome it reads the
+// lease to learn how many are left.
+func (w *worker) releaseAll(name string, l *client.Lease, count int) {
+	for tries := 0; count > 0 && tries < 6; tries++ {
+		r, op := w.release(name, l.ID, l.Fence)
+		switch op.Outcome {
+		case check.OK:
+			count = r.Count
+		case check.Unknown:
+			w.backoff()
+			got, op := w.get(name, l.ID)
+			if op.Outcome == check.NotHeld {
+				return
+			}
+			if got != nil {
+				count = got.Count
+			}
+		default:
+			return
+		}
+	}
+}
