@@ -204,7 +204,7 @@ func TestNobodyOvertakesTheQueue(t *testing.T) {
 	second := e.enqueue("o", nil)
 	if second.Int("position") != 1 {
 		// The first ticket holds the lock now (unclaimed), so the second is next.
-		t.Logf("second ticket position %d", second.Int("position"))
+		t.Fatalf("second ticket position %d, want 1", second.Int("position"))
 	}
 	l := e.poll(first.Str("url"), 0)
 	wantStatus(t, l, http.StatusOK, "")
