@@ -13,9 +13,11 @@ build: deps
 deps:
 	$(GO) mod download
 
-# The tests start real redis-servers; the README quickstart test runs curl.
+# The tests start real redis-servers (and a redis-sentinel); the README
+# quickstart test runs curl.
 tools-test:
 	@scripts/need.sh redis-server redis-server
+	@scripts/need.sh redis-sentinel redis-sentinel
 	@scripts/need.sh curl curl
 
 test: deps tools-test lint

@@ -19,6 +19,7 @@ type Metrics struct {
 	Handoff          prometheus.Histogram
 	RedisErrors      prometheus.Counter
 	PubSubReconnects prometheus.Counter
+	WaitUnacked      prometheus.Counter
 }
 
 // New returns collectors registered on a fresh registry, with the Go runtime and
@@ -56,9 +57,13 @@ func New() *Metrics {
 			Name: "baton_pubsub_resubscribes_total",
 			Help: "Times the pub/sub connection was re-established and its waiters re-checked.",
 		}),
+		WaitUnacked: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "baton_wait_unacked_total",
+			Help: "Grants (and renewals, releases, forces) that fewer replicas than BATON_WAIT_REPLICAS acknowledged within BATON_WAIT_TIMEOUT. Each still stood.",
+		}),
 	}
 	m.Registry.MustRegister(m.Requests, m.Duration, m.Acquires, m.Waiters, m.Handoff,
-		m.RedisErrors, m.PubSubReconnects,
+		m.RedisErrors, m.PubSubReconnects, m.WaitUnacked,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -34,7 +34,7 @@ func (s *Store) Acquire(ctx context.Context, r AcquireRequest) (AcquireResult, e
 	// Retried when the connection breaks: the script knows its own lease and
 	// ticket hashes, so a second run answers the first one's grant or ticket
 	// instead of leaving a lock held by a lease nobody was told of.
-	rep, err := s.run(ctx, s.acquire, "acquire", keys, true,
+	rep, err := s.runGrant(ctx, s.acquire, "acquire", keys, true,
 		lh, ms(r.TTL), r.Owner, mode, th, tlh, ms(s.opt.TicketTTL), 0)
 	if err != nil {
 		s.count("error")
@@ -72,7 +72,7 @@ func (s *Store) reenter(ctx context.Context, r AcquireRequest) (*Lease, error) {
 		return nil, ErrLeaseNotHeld
 	}
 	keys := append(s.keys(r.Name), s.keys(r.Name)[0])
-	rep, err := s.run(ctx, s.acquire, "reenter", keys, false,
+	rep, err := s.runGrant(ctx, s.acquire, "reenter", keys, false,
 		hashID(r.Lease), ms(r.TTL), r.Owner, "reenter", "", "", 0, 0)
 	if err != nil {
 		s.count("error")
@@ -117,7 +117,7 @@ func (s *Store) Renew(ctx context.Context, name, lease string, ttl time.Duration
 	if !plausibleID(lease) {
 		return nil, ErrLeaseNotHeld
 	}
-	rep, err := s.run(ctx, s.renew, "renew", s.keys(name), true, hashID(lease), ms(ttl))
+	rep, err := s.runGrant(ctx, s.renew, "renew", s.keys(name), true, hashID(lease), ms(ttl))
 	if err != nil {
 		return nil, err
 	}
@@ -137,7 +137,7 @@ func (s *Store) Release(ctx context.Context, name, lease string) (Release, error
 	if !plausibleID(lease) {
 		return Release{}, ErrLeaseNotHeld
 	}
-	rep, err := s.run(ctx, s.release, "release", s.keys(name), false, hashID(lease))
+	rep, err := s.runGrant(ctx, s.release, "release", s.keys(name), false, hashID(lease))
 	if err != nil {
 		return Release{}, err
 	}
@@ -154,7 +154,7 @@ func (s *Store) Release(ctx context.Context, name, lease string) (Release, error
 // Force frees the lock whoever holds it and hands it to the head live ticket. It
 // reports whether a holder was removed. Errors: ErrUnavailable.
 func (s *Store) Force(ctx context.Context, name string) (bool, error) {
-	rep, err := s.run(ctx, s.force, "force", s.keys(name), false)
+	rep, err := s.runGrant(ctx, s.force, "force", s.keys(name), false)
 	if err != nil {
 		return false, err
 	}

@@ -15,6 +15,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,6 +36,14 @@ type Options struct {
 	MaxWaiters int           // long-polls this process holds at once; default 50000
 	Logger     zerolog.Logger
 	Metrics    *metrics.Metrics // default: a fresh set
+
+	// WaitReplicas, when above 0, makes every script that can tell a client it
+	// holds a lock (grant, re-entry, ticket poll, renewal, release and force, which
+	// hand the lock on) wait, before its reply is used, until that many replicas
+	// have acknowledged everything the master had done (WAIT). When fewer do within
+	// WaitTimeout the reply stands, and baton_wait_unacked_total counts it.
+	WaitReplicas int
+	WaitTimeout  time.Duration // default 100ms
 }
 
 // Store is the Redis lock store. It is safe for concurrent use.
@@ -48,14 +58,38 @@ type Store struct {
 
 	shutdown     chan struct{}
 	shutdownOnce sync.Once
+	unackedLog   atomic.Int64 // unix ms of the last unacknowledged-WAIT warning
 }
 
-// NewClient returns a go-redis client for a redis:// or rediss:// URL, set up as the
-// store needs it: no automatic retries, because go-redis would retry a script whose
-// connection broke after it was sent, and re-entry or release must never run twice.
-// The store retries idempotent scripts itself.
-func NewClient(url string) (redis.UniversalClient, error) {
-	opt, err := redis.ParseURL(url)
+// NewClient returns a go-redis client for a redis://, rediss:// or
+// redis+sentinel:// URL, set up as the store needs it: no automatic retries,
+// because go-redis would retry a script whose connection broke after it was sent,
+// and re-entry or release must never run twice. The store retries idempotent
+// scripts itself.
+//
+// A Sentinel URL names the sentinels and the master group:
+//
+//	redis+sentinel://[[user]:password@]host1[:port1][,host2[:port2]...]/mastername[/db][?sentinel_username=u&sentinel_password=p]
+//
+// The user and password are the Redis servers' (master and replicas); the
+// sentinels' own credentials, when they have any, go in the query. A port left
+// out is 26379. The client asks the sentinels for the master and follows it
+// through failovers.
+func NewClient(rawURL string) (redis.UniversalClient, error) {
+	if strings.HasPrefix(rawURL, sentinelScheme+"://") {
+		fo, err := parseSentinelURL(rawURL)
+		if err != nil {
+			return nil, fmt.Errorf("parse redis url: %w", err)
+		}
+		fo.MaxRetries = -1
+		fo.DialerRetries = 1
+		fo.DialTimeout = 2 * time.Second
+		fo.ReadTimeout = 2 * time.Second
+		fo.WriteTimeout = 2 * time.Second
+		fo.ContextTimeoutEnabled = true
+		return redis.NewFailoverClient(fo), nil
+	}
+	opt, err := redis.ParseURL(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("parse redis url: %w", err)
 	}
@@ -68,6 +102,69 @@ func NewClient(url string) (redis.UniversalClient, error) {
 	opt.WriteTimeout = 2 * time.Second
 	opt.ContextTimeoutEnabled = true
 	return redis.NewClient(opt), nil
+}
+
+const sentinelScheme = "redis+sentinel"
+
+// parseSentinelURL reads the redis+sentinel:// form NewClient documents. It never
+// echoes the URL in an error: it may carry a password.
+func parseSentinelURL(rawURL string) (*redis.FailoverOptions, error) {
+	// net/url cannot parse a host list ("h1:1,h2:2" has a port "2,h2:2"): take the
+	// hosts out, and let it parse the rest.
+	rest := strings.TrimPrefix(rawURL, sentinelScheme+"://")
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	authority := rest[:end]
+	hosts := authority
+	userinfo := ""
+	if at := strings.LastIndex(authority, "@"); at >= 0 {
+		userinfo, hosts = authority[:at+1], authority[at+1:]
+	}
+	u, err := url.Parse(sentinelScheme + "://" + userinfo + "sentinels" + rest[end:])
+	if err != nil {
+		return nil, errors.New("not a valid URL")
+	}
+	fo := &redis.FailoverOptions{}
+	if u.User != nil {
+		fo.Username = u.User.Username()
+		fo.Password, _ = u.User.Password()
+	}
+	for _, hp := range strings.Split(hosts, ",") {
+		if hp == "" {
+			return nil, errors.New("empty sentinel address")
+		}
+		host, port, err := net.SplitHostPort(hp)
+		if err != nil {
+			host, port = hp, "26379"
+		}
+		if host == "" || port == "" {
+			return nil, fmt.Errorf("sentinel address %q: want host:port", hp)
+		}
+		fo.SentinelAddrs = append(fo.SentinelAddrs, net.JoinHostPort(host, port))
+	}
+	path := strings.Split(strings.Trim(u.Path, "/"), "/")
+	if path[0] == "" || len(path) > 2 {
+		return nil, errors.New("want /mastername or /mastername/db after the sentinel addresses")
+	}
+	fo.MasterName = path[0]
+	if len(path) == 2 {
+		if fo.DB, err = strconv.Atoi(path[1]); err != nil || fo.DB < 0 {
+			return nil, fmt.Errorf("invalid database number %q", path[1])
+		}
+	}
+	for k, v := range u.Query() {
+		switch k {
+		case "sentinel_username":
+			fo.SentinelUsername = v[len(v)-1]
+		case "sentinel_password":
+			fo.SentinelPassword = v[len(v)-1]
+		default:
+			return nil, fmt.Errorf("unknown option %q (known: sentinel_username, sentinel_password)", k)
+		}
+	}
+	return fo, nil
 }
 
 // New returns a Store on rdb and starts its pub/sub dispatcher. Close stops it.
@@ -83,6 +180,12 @@ func New(rdb redis.UniversalClient, opt Options) *Store {
 	}
 	if opt.Metrics == nil {
 		opt.Metrics = metrics.New()
+	}
+	if opt.WaitReplicas < 0 {
+		opt.WaitReplicas = 0
+	}
+	if opt.WaitTimeout <= 0 {
+		opt.WaitTimeout = 100 * time.Millisecond
 	}
 	s := &Store{
 		rdb:      rdb,
@@ -175,8 +278,24 @@ func (s *Store) channel(name string) string {
 // run calls a script and decodes its reply. Only idempotent scripts pass retry:
 // they are sent again once when the connection broke.
 func (s *Store) run(ctx context.Context, sc *redis.Script, op string, keys []string, retry bool, args ...any) (reply, error) {
+	return s.call(ctx, sc, op, keys, retry, false, args...)
+}
+
+// runGrant is run for a script whose reply can tell a client it holds a lock,
+// or hand a lock on: with WaitReplicas set, the reply is used only after WAIT.
+func (s *Store) runGrant(ctx context.Context, sc *redis.Script, op string, keys []string, retry bool, args ...any) (reply, error) {
+	return s.call(ctx, sc, op, keys, retry, s.opt.WaitReplicas > 0, args...)
+}
+
+func (s *Store) call(ctx context.Context, sc *redis.Script, op string, keys []string, retry, wait bool, args ...any) (reply, error) {
 	for attempt := 0; ; attempt++ {
-		v, err := sc.Run(ctx, s.rdb, keys, args...).Slice()
+		var v []any
+		var err error
+		if wait {
+			v, err = s.evalWait(ctx, sc, op, keys, args)
+		} else {
+			v, err = sc.Run(ctx, s.rdb, keys, args...).Slice()
+		}
 		if err == nil {
 			return decodeReply(v)
 		}
@@ -185,6 +304,82 @@ func (s *Store) run(ctx context.Context, sc *redis.Script, op string, keys []str
 		}
 		return reply{}, s.storeErr(op, err)
 	}
+}
+
+// evalWait runs a script and then WAIT in one pipeline: go-redis sends a
+// pipeline's commands on one connection, and WAIT covers the writes made on its
+// own connection. Between the two goes a PUBLISH to a channel nobody listens on,
+// which Redis replicates: it moves the connection's replication offset to the
+// master's latest, so that WAIT also covers a grant the script only read (one made
+// on another connection, as when a release hands the lock to a polling ticket).
+//
+// Script.Run's EVALSHA-then-EVAL fallback cannot work inside a pipeline (the
+// NOSCRIPT error is only known once the pipeline has run), so it is done here: a
+// NOSCRIPT reply means the script did not run, and the pipeline is sent again
+// with EVAL. A broken connection is returned as the script's error, since whether
+// the change reached a replica is then unknown.
+func (s *Store) evalWait(ctx context.Context, sc *redis.Script, op string, keys []string, args []any) ([]any, error) {
+	var script *redis.Cmd
+	var wait *redis.Cmd
+	send := func(eval func(context.Context, redis.Scripter, []string, ...any) *redis.Cmd) {
+		_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			script = eval(ctx, p, keys, args...)
+			p.Publish(ctx, s.opt.Prefix+":wait", "")
+			// Pipeliner has no Wait method.
+			wait = p.Do(ctx, "wait", s.opt.WaitReplicas, s.opt.WaitTimeout.Milliseconds())
+			return nil
+		})
+	}
+	send(sc.EvalSha)
+	if redis.HasErrorPrefix(script.Err(), "NOSCRIPT") {
+		send(sc.Eval)
+	}
+	v, err := script.Slice()
+	if err != nil {
+		return nil, err
+	}
+	acked, err := wait.Int64()
+	if err != nil && isConnError(err) {
+		return nil, err
+	}
+	if (err != nil || acked < int64(s.opt.WaitReplicas)) && changesHolder(v) {
+		s.unacked(op, acked, err)
+	}
+	return v, nil
+}
+
+// changesHolder reports whether a script reply may have granted, renewed, freed
+// or handed on a lock: every reply but the ones that change nothing a holder
+// relies on.
+func changesHolder(v []any) bool {
+	if len(v) == 0 {
+		return false
+	}
+	code, _ := v[0].(string)
+	switch code {
+	case "busy", "queued", "not_held", "gone":
+		return false
+	}
+	return true
+}
+
+// unacked counts a change fewer replicas acknowledged than WaitReplicas within
+// WaitTimeout, and warns, at most once a second (a replica that is down would
+// otherwise log every grant).
+func (s *Store) unacked(op string, acked int64, err error) {
+	s.m.WaitUnacked.Inc()
+	now := time.Now().UnixMilli()
+	last := s.unackedLog.Load()
+	if now-last < 1000 || !s.unackedLog.CompareAndSwap(last, now) {
+		return
+	}
+	ev := s.opt.Logger.Warn().Str("op", op).Int64("acked", acked).Int("wanted", s.opt.WaitReplicas).
+		Dur("timeout", s.opt.WaitTimeout)
+	if err != nil {
+		ev = ev.Err(err)
+	}
+	ev.Msg("replicas did not acknowledge a grant in time: it stands, but a failover now could lose it " +
+		"(counted in baton_wait_unacked_total; warned at most once a second)")
 }
 
 // storeErr counts a failed Redis call and classifies it: unreachable, timed out,

@@ -40,7 +40,7 @@ func (s *Store) waitLock(ctx context.Context, r AcquireRequest, id string, held 
 		woke := time.Now()
 		forward = true // until this try has an answer, a release it was given is not lost
 		// Retried when the connection breaks: idempotent, see Acquire.
-		rep, err := s.run(ctx, s.acquire, "acquire", keys, true,
+		rep, err := s.runGrant(ctx, s.acquire, "acquire", keys, true,
 			lh, ms(r.TTL), r.Owner, "new", "", "", 0, 0)
 		if err != nil {
 			s.count("error")
@@ -81,7 +81,7 @@ func (s *Store) waitFair(ctx context.Context, r AcquireRequest, id string) (Acqu
 	until := time.Now().Add(r.Wait)
 	enqueue := func(ctx context.Context, poll time.Duration) (reply, error) {
 		// Retried when the connection breaks: idempotent, see Acquire.
-		return s.run(ctx, s.acquire, "acquire", keys, true,
+		return s.runGrant(ctx, s.acquire, "acquire", keys, true,
 			hashID(id), ms(r.TTL), r.Owner, "fair", th, hashID(ticketLease(tid)), ms(s.opt.TicketTTL), ms(poll))
 	}
 	res, err := s.awaitTicket(ctx, r.Name, tid, until, enqueue)
@@ -121,7 +121,7 @@ func (s *Store) Poll(ctx context.Context, name, ticket string, wait time.Duratio
 func (s *Store) pollOnce(ctx context.Context, name, ticket string, poll time.Duration) (PollResult, error) {
 	th := hashID(ticket)
 	keys := append(s.keys(name), s.ticketKey(name, th))
-	rep, err := s.run(ctx, s.poll, "poll", keys, true, th, hashID(ticketLease(ticket)), ms(poll))
+	rep, err := s.runGrant(ctx, s.poll, "poll", keys, true, th, hashID(ticketLease(ticket)), ms(poll))
 	if err != nil {
 		return PollResult{}, err
 	}
@@ -187,9 +187,11 @@ func (s *Store) awaitTicket(ctx context.Context, name, ticket string, until time
 			return PollResult{}, fmt.Errorf("poll: %w: %w", ErrUnavailable, ctx.Err())
 		}
 		_, g := s.disp.take(w)
-		if g != nil && g.claimed && enqueue == nil {
+		if g != nil && g.claimed && enqueue == nil && s.opt.WaitReplicas == 0 {
 			// Handed over by the script that freed the lock, at its full ttl: answer
-			// straight from the message.
+			// straight from the message. Not with WaitReplicas: the message can
+			// arrive before that script's WAIT returns, so the poll below answers,
+			// after a WAIT of its own.
 			s.m.Handoff.Observe(max(time.Since(g.at), 0).Seconds())
 			return PollResult{Lease: &Lease{
 				Name: name, ID: ticketLease(ticket), Fence: g.fence, Count: 1,

@@ -21,6 +21,10 @@ type Config struct {
 	LogFormat       string        `envconfig:"LOG_FORMAT" default:"json"`
 	ShutdownDelay   time.Duration `envconfig:"SHUTDOWN_DELAY" default:"1s"`
 	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT" default:"10s"`
+	// WaitReplicas > 0: every grant waits (WAIT) for that many replicas to
+	// acknowledge it, at most WaitTimeout; see store.Options.
+	WaitReplicas int           `envconfig:"WAIT_REPLICAS" default:"0"`
+	WaitTimeout  time.Duration `envconfig:"WAIT_TIMEOUT" default:"100ms"`
 }
 
 func (c Config) validate() error {
@@ -45,6 +49,16 @@ func (c Config) validate() error {
 	}
 	if c.ShutdownDelay < 0 || c.ShutdownTimeout <= 0 {
 		errs = append(errs, errors.New("BATON_SHUTDOWN_DELAY must not be negative and BATON_SHUTDOWN_TIMEOUT must be positive"))
+	}
+	if c.WaitReplicas < 0 {
+		errs = append(errs, errors.New("BATON_WAIT_REPLICAS must not be negative (0 turns WAIT off)"))
+	}
+	if c.WaitReplicas > 0 && c.RedisURL == "" {
+		errs = append(errs, errors.New("BATON_WAIT_REPLICAS needs BATON_REDIS_URL: the embedded store has no replicas"))
+	}
+	// WAIT must end well within the Redis client's 2s read timeout.
+	if c.WaitTimeout < time.Millisecond || c.WaitTimeout > time.Second {
+		errs = append(errs, fmt.Errorf("BATON_WAIT_TIMEOUT (%v) must be between 1ms and 1s", c.WaitTimeout))
 	}
 	return errors.Join(errs...)
 }
