@@ -30,6 +30,7 @@ const keyPrefix = "chaos"
 // Sentinel setup are other topologies behind the same fields.
 type topology struct {
 	redis  *redistest.Server
+	proxy  *netProxy     // between Baton and Redis, for net-* scenarios; else nil
 	rdb    *redis.Client // for injecting faults and inspecting keys
 	batons []*baton
 	cls    []*client.Client // one per Baton process, same order
@@ -54,7 +55,7 @@ type baton struct {
 
 // startTopology starts a redis-server (with extra arguments) whose files go to
 // dir, and n Baton processes on it. stop undoes it all.
-func startTopology(dir, bin string, n int, redisArgs []string, batonEnv []string) (*topology, error) {
+func startTopology(dir, bin string, n int, redisArgs []string, batonEnv []string, proxied bool) (*topology, error) {
 	rdir := filepath.Join(dir, "redis")
 	if err := os.MkdirAll(rdir, 0o755); err != nil {
 		return nil, err
@@ -65,6 +66,14 @@ func startTopology(dir, bin string, n int, redisArgs []string, batonEnv []string
 	}
 	t := &topology{redis: rs, rdb: redis.NewClient(&redis.Options{Addr: rs.Addr(), MaxRetries: -1}),
 		hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 30 * time.Second}}}
+	redisURL := rs.URL()
+	if proxied {
+		if t.proxy, err = startNetProxy(rs.Addr()); err != nil {
+			t.stop()
+			return nil, err
+		}
+		redisURL = t.proxy.url()
+	}
 	for i := range n {
 		port, err := freePort()
 		if err != nil {
@@ -74,7 +83,7 @@ func startTopology(dir, bin string, n int, redisArgs []string, batonEnv []string
 		b := &baton{
 			name: string(rune('A' + i)), bin: bin, dir: dir, base: "http://127.0.0.1:" + strconv.Itoa(port),
 			env: append([]string{
-				"BATON_ADDR=127.0.0.1:" + strconv.Itoa(port), "BATON_REDIS_URL=" + rs.URL(),
+				"BATON_ADDR=127.0.0.1:" + strconv.Itoa(port), "BATON_REDIS_URL=" + redisURL,
 				"BATON_KEY_PREFIX=" + keyPrefix, "BATON_LOG_LEVEL=warn", "BATON_LOG_FORMAT=json",
 				"BATON_SHUTDOWN_DELAY=0s", "BATON_SHUTDOWN_TIMEOUT=2s",
 			}, batonEnv...),
@@ -94,6 +103,9 @@ func (t *topology) stop() {
 		b.stop()
 	}
 	t.hc.CloseIdleConnections()
+	if t.proxy != nil {
+		t.proxy.stop()
+	}
 	_ = t.rdb.Close()
 	t.redis.Stop()
 }

@@ -35,6 +35,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 // config is the size and pace of a run.
@@ -149,10 +151,12 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	var rows []row
 	for _, sc := range chosen {
 		start := time.Now()
+		base := goleak.IgnoreCurrent()
 		r, err := runScenario(ctx, &cfg, sc, bin, filepath.Join(dir, sc.name))
 		if err != nil {
 			return 2, fmt.Errorf("%w (logs in %s)", err, dir)
 		}
+		checkGoroutines(&r, base, leakWait)
 		fmt.Fprintf(stdout, "  %-16s %v: %s\n", sc.name, time.Since(start).Round(100*time.Millisecond), r.summary)
 		rows = append(rows, r)
 	}

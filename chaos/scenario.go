@@ -14,6 +14,7 @@ type scenario struct {
 	name      string
 	redisArgs []string // extra redis-server arguments
 	batonEnv  []string // extra BATON_* settings
+	proxied   bool     // Baton reaches Redis through an in-process toxiproxy (net.go)
 	// inject injects the fault until ctx ends; nil for no fault. Each injection
 	// waits for the service to recover (r.fault) before the next: recovery is
 	// timed from the end of the fault, when the killed process is started again
@@ -28,6 +29,10 @@ func scenarios() []scenario {
 		{name: "redis-kill", inject: killRedis(true)},
 		{name: "redis-kill-aof", redisArgs: []string{"--appendonly", "yes", "--appendfsync", "always"}, inject: killRedis(false)},
 		{name: "baton-kill", inject: killBaton},
+		{name: "net-latency", proxied: true, inject: netLatency},
+		{name: "net-reset", proxied: true, inject: netReset},
+		{name: "net-blackhole-short", proxied: true, inject: netBlackhole(false)},
+		{name: "net-blackhole-long", proxied: true, inject: netBlackhole(true)},
 	}
 }
 

@@ -65,7 +65,7 @@ func runScenario(ctx context.Context, cfg *config, sc scenario, bin, dir string)
 		return row{}, err
 	}
 	env := append([]string{"BATON_TICKET_TTL=" + cfg.ticketTTL.String()}, sc.batonEnv...)
-	top, err := startTopology(dir, bin, 2, sc.redisArgs, env)
+	top, err := startTopology(dir, bin, 2, sc.redisArgs, env, sc.proxied)
 	if err != nil {
 		return row{}, err
 	}
