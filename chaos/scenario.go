@@ -29,6 +29,7 @@ func scenarios() []scenario {
 		{name: "redis-kill", inject: killRedis(true)},
 		{name: "redis-kill-aof", redisArgs: []string{"--appendonly", "yes", "--appendfsync", "always"}, inject: killRedis(false)},
 		{name: "baton-kill", inject: killBaton},
+		sentinelFailover(false), sentinelFailover(true), // sentinel.go
 		{name: "net-latency", proxied: true, inject: netLatency},
 		{name: "net-reset", proxied: true, inject: netReset},
 		{name: "net-blackhole-short", proxied: true, inject: netBlackhole(false)},
