@@ -34,6 +34,7 @@ func scenarios() []scenario {
 		{name: "net-reset", proxied: true, inject: netReset},
 		{name: "net-blackhole-short", proxied: true, inject: netBlackhole(false)},
 		{name: "net-blackhole-long", proxied: true, inject: netBlackhole(true)},
+		{name: "net-stranded", proxied: true, inject: netStranded},
 	}
 }
 

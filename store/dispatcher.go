@@ -24,6 +24,8 @@ import (
 // wake every watcher. Each channel also has a timer at the holder's expected lease
 // end, which pokes the lock (expiry runs no script). When the connection comes back
 // after a drop, go-redis resubscribes and every waiter of each channel re-checks.
+// A connection that is silently dead (no error, no reply: the peer gone without a
+// FIN) is found by a ping that gets no pong, and replaced (renew).
 
 type waiterKind int
 
@@ -69,7 +71,8 @@ type subOp struct {
 }
 
 type dispatcher struct {
-	ps   *redis.PubSub
+	rdb  redis.UniversalClient
+	ps   *redis.PubSub // guarded by mu: renew replaces it
 	poke func(ctx context.Context, name string) (held bool, pttl time.Duration, err error)
 	log  zerolog.Logger
 	m    *metrics.Metrics
@@ -86,6 +89,7 @@ type dispatcher struct {
 
 func newDispatcher(rdb redis.UniversalClient, poke func(context.Context, string) (bool, time.Duration, error), log zerolog.Logger, m *metrics.Metrics) *dispatcher {
 	d := &dispatcher{
+		rdb:      rdb,
 		ps:       rdb.Subscribe(context.Background()),
 		poke:     poke,
 		log:      log,
@@ -108,7 +112,7 @@ func (d *dispatcher) close() error {
 	default:
 	}
 	close(d.done)
-	err := d.ps.Close()
+	err := d.pubsub().Close() // renew makes no new one once done is closed
 	d.wg.Wait()
 	d.mu.Lock()
 	for _, c := range d.chans {
@@ -280,10 +284,10 @@ func (d *dispatcher) write() {
 		for _, op := range ops {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			var err error
-			if op.sub {
-				err = d.ps.Subscribe(ctx, op.key)
+			if ps := d.pubsub(); op.sub {
+				err = ps.Subscribe(ctx, op.key)
 			} else {
-				err = d.ps.Unsubscribe(ctx, op.key)
+				err = ps.Unsubscribe(ctx, op.key)
 			}
 			cancel()
 			if err != nil && op.sub {
@@ -311,9 +315,51 @@ func (d *dispatcher) subscribeFailed(key string) {
 	}
 }
 
+// pubsub is the current pub/sub connection.
+func (d *dispatcher) pubsub() *redis.PubSub {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.ps
+}
+
+// healthEvery is how long the connection may be silent before a ping; pongWait
+// is how long after the ping that silence may last before the connection is
+// taken for dead. go-redis reconnects on an error, but a read timeout is no
+// error to it, and writes to a dead peer succeed until TCP gives up, minutes on.
+const healthEvery, pongWait = time.Second, 2 * time.Second
+
+// renew replaces a silently dead pub/sub connection with a new one. Every
+// channel is subscribed again through the writer, in order with the changes
+// queued before, and counts as not confirmed until Redis says so: its waiters
+// re-check then, as after a reconnect by go-redis.
+func (d *dispatcher) renew() {
+	d.log.Warn().Dur("silent", healthEvery+pongWait).Msg("pub/sub connection silent after a ping; replacing it")
+	ps := d.rdb.Subscribe(context.Background()) // connects on its first use
+	d.mu.Lock()
+	select {
+	case <-d.done:
+		d.mu.Unlock()
+		_ = ps.Close()
+		return
+	default:
+	}
+	old := d.ps
+	d.ps = ps
+	clear(d.inflight)
+	for key, c := range d.chans {
+		c.ready = false
+		d.inflight[key]++
+		d.queueOp(subOp{sub: true, key: key})
+	}
+	d.m.PubSubReconnects.Inc()
+	d.mu.Unlock()
+	_ = old.Close()
+}
+
 // receive reads the pub/sub connection until close. go-redis reconnects and
 // resubscribes by itself after an error; the confirmations that follow make every
-// waiter of those channels re-check.
+// waiter of those channels re-check. A connection silent for healthEvery is
+// pinged, and renewed when pongWait passes without a word.
 //
 // The pause after an error stays short: go-redis has usually re-established the
 // connection already when the error comes back, and nothing is read (no
@@ -324,8 +370,10 @@ func (d *dispatcher) receive() {
 	const minBackoff, maxBackoff = 10 * time.Millisecond, 100 * time.Millisecond
 	backoff := minBackoff
 	ctx := context.Background()
+	var pinged time.Time // when a ping went out unanswered; zero when none
 	for {
-		msg, err := d.ps.ReceiveTimeout(ctx, 15*time.Second)
+		ps := d.pubsub()
+		msg, err := ps.ReceiveTimeout(ctx, healthEvery)
 		select {
 		case <-d.done:
 			return
@@ -334,9 +382,18 @@ func (d *dispatcher) receive() {
 		if err != nil {
 			var nerr interface{ Timeout() bool }
 			if errors.As(err, &nerr) && nerr.Timeout() {
-				_ = d.ps.Ping(ctx) // keeps the connection honest; a dead one errors here
+				switch {
+				case pinged.IsZero():
+					_ = ps.Ping(ctx) // a broken connection errors here; a dead one answers nothing
+					pinged = time.Now()
+				case time.Since(pinged) >= pongWait:
+					d.renew()
+					pinged = time.Time{}
+				}
 				continue
 			}
+			// go-redis reconnects on an error; the ping went with the old connection.
+			pinged = time.Time{}
 			if backoff == minBackoff { // once per outage, not on every retry
 				d.log.Warn().Err(err).Msg("pub/sub connection lost; reconnecting")
 			}
@@ -348,7 +405,7 @@ func (d *dispatcher) receive() {
 			backoff = min(backoff*2, maxBackoff)
 			continue
 		}
-		backoff = minBackoff
+		backoff, pinged = minBackoff, time.Time{}
 		switch m := msg.(type) {
 		case *redis.Subscription:
 			if m.Kind == "subscribe" {
