@@ -74,7 +74,7 @@ func quickConfig() config {
 
 func fullConfig() config {
 	c := quickConfig()
-	c.clients, c.locks, c.duration, c.tail, c.maxOps = 48, 8, 110*time.Second, 4*time.Second, 100000
+	c.clients, c.locks, c.duration, c.tail, c.maxOps = 48, 8, 80*time.Second, 4*time.Second, 100000
 	c.pubsubEvery, c.redisEvery, c.batonEvery = 1500*time.Millisecond, 7*time.Second, 7*time.Second
 	c.checkTimeout = time.Minute
 	return c
