@@ -34,13 +34,13 @@ func (l lostTally) String() string {
 // sentinel named the new master (plus check.Slack), and it had not been told the
 // hold was released. Its validity is that moment, lowered by any renewal or
 // re-entry whose outcome is unknown (had it happened, the lease would run at
-// least ttl from its call); a release with an unknown outcome ends the
-// observation there. The hold is lost when, before its validity (less Slack),
-// the service acted as if it were not held: its holder's renewal, re-entry, read
-// or release answered 404 lease-not-held, or another lease of the lock was
-// granted (acquired_at on the Redis clock). It is seen kept when its holder's
-// request after the kill succeeded first. Otherwise it is unobserved, and counted
-// as kept.
+// least ttl from its call); a release by the holder (succeeded or unknown) ends
+// the observation at its call. The hold is lost when, before its validity (less
+// Slack), the service acted as if it were not held: its holder's renewal,
+// re-entry, read or release answered 404 lease-not-held, or another lease of the
+// lock was granted (acquired_at on the Redis clock). Otherwise it is seen kept
+// when a request of its holder after the kill succeeded, else unobserved (and
+// counted as kept).
 func lostLocks(ops []check.Op, fos []failover, locks []string) lostTally {
 	var t lostTally
 	want := map[string]bool{}
@@ -109,26 +109,25 @@ const (
 )
 
 func judgeHold(ops []check.Op, lease string, until time.Time, f failover) holdVerdict {
-	// Requests of the holder in flight at the kill, or made since, whose outcome
-	// is unknown.
-	end := until
+	// The holder's requests since the kill: a renewal or re-entry with an
+	// unknown outcome lowers the validity (had it happened, the lease would run
+	// at least ttl from its call); any release ends the observation at its call
+	// (a grant after it is a handoff), and one that succeeded shows the hold kept.
+	end, kept := until, false
 	for _, o := range ops {
-		if o.Lease != lease || o.Outcome != check.Unknown || !o.Return.After(f.killed) {
+		if o.Lease != lease || !o.Return.After(f.killed) {
 			continue
 		}
-		switch o.Kind {
-		case check.Renew, check.Reenter:
+		switch {
+		case o.Kind == check.Release && (o.Outcome == check.OK || o.Outcome == check.Unknown):
+			end = minTime(end, o.Call)
+		case o.Outcome == check.Unknown && (o.Kind == check.Renew || o.Kind == check.Reenter):
 			if o.TTL <= 0 {
 				return holdExcluded // renewed to its last ttl: unknown
 			}
-			if e := o.Call.Add(o.TTL); e.Before(end) {
-				end = e
-			}
-		case check.Release:
-			if o.Call.Before(end) {
-				end = o.Call
-			}
+			end = minTime(end, o.Call.Add(o.TTL))
 		}
+		kept = kept || (o.Outcome == check.OK && !o.Call.Before(f.killed))
 	}
 	if !end.After(f.promoted.Add(check.Slack)) {
 		return holdExcluded
@@ -141,14 +140,22 @@ func judgeHold(ops []check.Op, lease string, until time.Time, f failover) holdVe
 		switch {
 		case o.Lease == lease && o.Outcome == check.NotHeld && o.Return.Before(limit):
 			return holdLost
-		case o.Lease == lease && o.Outcome == check.OK:
-			return holdKept
 		case o.Lease != lease && o.Outcome == check.OK && (o.Kind == check.Acquire || o.Kind == check.Poll) &&
 			!o.AcquiredAt.IsZero() && o.AcquiredAt.After(f.killed) && o.AcquiredAt.Before(limit):
 			return holdLost
 		}
 	}
+	if kept {
+		return holdKept
+	}
 	return holdUnobserved
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // canaryTTL is the lease of a canary: longer than a failover and the check

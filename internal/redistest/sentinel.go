@@ -109,10 +109,10 @@ func StartSentinel(dir string, cfg SentinelConfig) (*Sentinel, error) {
 			return nil, err
 		}
 		s := &Sentinel{Port: p, conf: filepath.Join(dir, "sentinel-"+strconv.Itoa(p)+".conf")}
-		conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndaemonize no\nprotected-mode no\ndir %s\n"+
+		conf := fmt.Sprintf("port %d\nbind 127.0.0.1\ndaemonize no\nprotected-mode no\ndir %s\nlogfile %s\n"+
 			"sentinel monitor %s %s %s %d\nsentinel down-after-milliseconds %s %d\n"+
 			"sentinel failover-timeout %s %d\nsentinel parallel-syncs %s 1\n",
-			p, dir, cfg.MasterName, host, port, cfg.Quorum, cfg.MasterName, cfg.DownAfter.Milliseconds(),
+			p, dir, strings.TrimSuffix(s.conf, ".conf")+".log", cfg.MasterName, host, port, cfg.Quorum, cfg.MasterName, cfg.DownAfter.Milliseconds(),
 			cfg.MasterName, cfg.FailoverTimeout.Milliseconds(), cfg.MasterName)
 		if err := os.WriteFile(s.conf, []byte(conf), 0o644); err != nil {
 			return nil, err
@@ -185,12 +185,17 @@ func (s *Sentinel) Stop() {
 	}
 }
 
-// Log is what the sentinel printed, for failure messages.
+// Log is what the sentinel logged (its logfile, next to its config), for
+// failure messages.
 func (s *Sentinel) Log() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.out == nil {
+	b, err := os.ReadFile(strings.TrimSuffix(s.conf, ".conf") + ".log")
+	if err != nil {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.out != nil {
+			return s.out.String()
+		}
 		return ""
 	}
-	return s.out.String()
+	return string(b)
 }
