@@ -8,21 +8,12 @@ import (
 
 // getLease serves GET /v1/locks/{name}/leases/{lease}.
 func (s *server) getLease() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		name, err := lockName(r)
-		if err == nil {
-			err = checkQuery(r)
-		}
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
+	return s.noBody(func(r *http.Request, name string) (any, error) {
 		l, err := s.store.Lease(r.Context(), name, chi.URLParam(r, "lease"))
 		if err != nil {
-			s.fail(w, r, err)
-			return
+			return nil, err
 		}
-		writeJSON(w, http.StatusOK, viewLease(l))
+		return viewLease(l), nil
 	})
 }
 
@@ -56,20 +47,31 @@ func (s *server) renew() http.Handler {
 
 // release serves DELETE /v1/locks/{name}/leases/{lease}.
 func (s *server) release() http.Handler {
+	return s.noBody(func(r *http.Request, name string) (any, error) {
+		rel, err := s.store.Release(r.Context(), name, chi.URLParam(r, "lease"))
+		if err != nil {
+			return nil, err
+		}
+		return releaseView{Name: rel.Name, Count: rel.Count, Released: rel.Released}, nil
+	})
+}
+
+// noBody serves a lease route that takes no body and no query parameters: it checks
+// the lock name and the query, then answers 200 with what call returns.
+func (s *server) noBody(call func(r *http.Request, name string) (any, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name, err := lockName(r)
 		if err == nil {
 			err = checkQuery(r)
 		}
+		var v any
+		if err == nil {
+			v, err = call(r, name)
+		}
 		if err != nil {
 			s.fail(w, r, err)
 			return
 		}
-		rel, err := s.store.Release(r.Context(), name, chi.URLParam(r, "lease"))
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, releaseView{Name: rel.Name, Count: rel.Count, Released: rel.Released})
+		writeJSON(w, http.StatusOK, v)
 	})
 }
