@@ -98,13 +98,18 @@ func (s *Server) start() error {
 	s.cmd, s.out = cmd, out
 	s.mu.Unlock()
 
-	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	return awaitPing("redis-server", s.Addr(), cmd, exited, out)
+}
+
+// awaitPing waits until the process at addr answers PING, for at most 10 s; it
+// kills the process when it does not, and reports its output when it exited.
+func awaitPing(what, addr string, cmd *exec.Cmd, exited <-chan struct{}, out *bytes.Buffer) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
 	defer c.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
 		select {
 		case <-exited:
-			return fmt.Errorf("redis-server on port %d exited: %s", s.Port, out.String())
+			return fmt.Errorf("%s on %s exited: %s", what, addr, out.String())
 		default:
 		}
 		if c.Ping(context.Background()).Err() == nil {
@@ -113,7 +118,8 @@ func (s *Server) start() error {
 		time.Sleep(10 * time.Millisecond) // nothing to wait on but the port itself
 	}
 	_ = cmd.Process.Kill()
-	return fmt.Errorf("redis-server on port %d did not answer: %s", s.Port, out.String())
+	<-exited
+	return fmt.Errorf("%s on %s did not answer: %s", what, addr, out.String())
 }
 
 // Addr is host:port.

@@ -153,22 +153,7 @@ func (s *Sentinel) start() error {
 	s.cmd, s.exited, s.out = cmd, exited, out
 	s.mu.Unlock()
 
-	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
-	defer c.Close()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
-		select {
-		case <-exited:
-			return fmt.Errorf("redis-sentinel on port %d exited: %s", s.Port, out.String())
-		default:
-		}
-		if c.Ping(context.Background()).Err() == nil {
-			return nil
-		}
-		time.Sleep(10 * time.Millisecond) // nothing to wait on but the port itself
-	}
-	_ = cmd.Process.Kill()
-	<-exited
-	return fmt.Errorf("redis-sentinel on port %d did not answer: %s", s.Port, out.String())
+	return awaitPing("redis-sentinel", s.Addr(), cmd, exited, out)
 }
 
 // Addr is host:port.
