@@ -25,6 +25,8 @@ type Config struct {
 	// acknowledge it, at most WaitTimeout; see store.Options.
 	WaitReplicas int           `envconfig:"WAIT_REPLICAS" default:"0"`
 	WaitTimeout  time.Duration `envconfig:"WAIT_TIMEOUT" default:"100ms"`
+	// DebugAddr, when set, serves Go's runtime profiles there (debug.go).
+	DebugAddr string `envconfig:"DEBUG_ADDR"`
 }
 
 func (c Config) validate() error {

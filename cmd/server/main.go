@@ -110,6 +110,15 @@ func serve(ctx context.Context, cfg Config, log zerolog.Logger, listening func(n
 		WriteTimeout:      cfg.MaxWait + 30*time.Second,
 		IdleTimeout:       2 * time.Minute,
 	}
+	if cfg.DebugAddr != "" {
+		dbg, at, err := startDebug(cfg.DebugAddr)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("BATON_DEBUG_ADDR: %w", err)
+		}
+		defer dbg.Close()
+		log.Info().Str("addr", at.String()).Msg("debug listening")
+	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	log.Info().Str("addr", ln.Addr().String()).Msg("listening")
