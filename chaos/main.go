@@ -119,7 +119,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	if cfg.seed == 0 {
 		cfg.seed = uint64(time.Now().UnixNano())
 	}
-	cfg.settle = cfg.longTTL + cfg.maxPoll + 2*cfg.ticketTTL + 2*time.Second
+	// Leftovers expire within the longest lease anyone takes (a workload holder,
+	// a recovery probe's holder, a Sentinel canary), a poll, a ticket's life and
+	// an unclaimed grant's window; plus slack for Redis's expiry cycle.
+	cfg.settle = max(cfg.longTTL, probeTTL, canaryTTL) + cfg.maxPoll + 2*cfg.ticketTTL + 2*time.Second
 
 	var chosen []scenario
 	for _, sc := range scenarios() {

@@ -12,6 +12,11 @@ import (
 // probeTimeout bounds how long recovery from one fault is waited for.
 const probeTimeout = 30 * time.Second
 
+// probeTTL is the lease of a probe's holder: long enough for the queueing and
+// the handoff (at most a second each), and short, since a probe cut off by a
+// fault can leave it in Redis to expire (the leak check waits for it: settle).
+const probeTTL = 4 * time.Second
+
 // recovered waits until the service works again after a fault that ended at since:
 // a lock handed from a holder on each Baton process to a fair waiter on each other
 // one, through a release and pub/sub, within a second. It returns how long after
@@ -48,7 +53,7 @@ func (r *trial) handoff(x, y *client.Client) error {
 	name := fmt.Sprintf("probe-%d", r.probes)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	h, err := x.Acquire(ctx, name, client.AcquireOptions{TTL: 10 * time.Second})
+	h, err := x.Acquire(ctx, name, client.AcquireOptions{TTL: probeTTL})
 	if err != nil {
 		return err
 	}
