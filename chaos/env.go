@@ -45,13 +45,23 @@ type baton struct {
 	dir  string
 	env  []string
 	base string
+	// debug is the base URL of its BATON_DEBUG_ADDR (runtime profiles).
+	debug string
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{}
 	logf   *os.File
 	starts int
+	// idle is the process's goroutines once ready after its latest start, with
+	// no request of a client open: what it must come back to (goroutines.go).
+	idle map[int]bool
 }
+
+// probeClient is the runner's own client for /readyz and /metrics. It opens a
+// connection per request, so that it leaves no idle connection, and no
+// goroutine serving one, in the process it asks.
+var probeClient = &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 
 // startTopology starts a redis-server (with extra arguments) whose files go to
 // dir, and n Baton processes on it. stop undoes it all.
@@ -80,10 +90,17 @@ func startTopology(dir, bin string, n int, redisArgs []string, batonEnv []string
 			t.stop()
 			return nil, err
 		}
+		debugPort, err := freePort()
+		if err != nil {
+			t.stop()
+			return nil, err
+		}
 		b := &baton{
 			name: string(rune('A' + i)), bin: bin, dir: dir, base: "http://127.0.0.1:" + strconv.Itoa(port),
+			debug: "http://127.0.0.1:" + strconv.Itoa(debugPort),
 			env: append([]string{
 				"BATON_ADDR=127.0.0.1:" + strconv.Itoa(port), "BATON_REDIS_URL=" + redisURL,
+				"BATON_DEBUG_ADDR=127.0.0.1:" + strconv.Itoa(debugPort),
 				"BATON_KEY_PREFIX=" + keyPrefix, "BATON_LOG_LEVEL=warn", "BATON_LOG_FORMAT=json",
 				"BATON_SHUTDOWN_DELAY=0s", "BATON_SHUTDOWN_TIMEOUT=2s",
 			}, batonEnv...),
@@ -133,7 +150,6 @@ func (b *baton) start() error {
 	b.cmd, b.exited, b.logf = cmd, exited, logf
 	b.mu.Unlock()
 
-	hc := &http.Client{Timeout: time.Second}
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
@@ -141,9 +157,19 @@ func (b *baton) start() error {
 			return fmt.Errorf("baton %s exited while starting; see %s", b.name, logf.Name())
 		default:
 		}
-		if res, err := hc.Get(b.base + "/readyz"); err == nil {
+		if res, err := probeClient.Get(b.base + "/readyz"); err == nil {
 			res.Body.Close()
 			if res.StatusCode == http.StatusOK {
+				idle, err := b.goroutines(context.Background())
+				if err != nil {
+					return fmt.Errorf("baton %s: %w", b.name, err)
+				}
+				b.mu.Lock()
+				b.idle = map[int]bool{}
+				for _, g := range idle {
+					b.idle[g.id] = true
+				}
+				b.mu.Unlock()
 				return nil
 			}
 		}
@@ -188,7 +214,7 @@ func (b *baton) gauge(ctx context.Context, name string) float64 {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, b.base+"/metrics", nil)
-	res, err := http.DefaultClient.Do(req)
+	res, err := probeClient.Do(req)
 	if err != nil {
 		return -1
 	}

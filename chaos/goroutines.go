@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -68,4 +70,142 @@ func countGoroutines(err error) int {
 		return 0
 	}
 	return max(1, strings.Count(err.Error(), " in state "))
+}
+
+// checkBatonGoroutines checks that each Baton process still running has come
+// back to the goroutines it had once ready after its latest start (baton.idle),
+// now that the workload has ended, its requests are answered or abandoned and
+// the runner's idle connections are closed: a goroutine per request, waiter,
+// lease or pub/sub subscription that outlives it is a leak. goleak cannot look
+// into another process; its goroutine profile (BATON_DEBUG_ADDR) can, with the
+// same rule: any goroutine not there at the baseline is a leak once it has had
+// wait to end. Each is a violation, its stack in the details.
+func checkBatonGoroutines(ctx context.Context, top *topology, out *row, wait time.Duration) {
+	top.hc.CloseIdleConnections()
+	for _, b := range top.batons {
+		b.mu.Lock()
+		running := b.cmd != nil
+		b.mu.Unlock()
+		if !running {
+			continue
+		}
+		left, err := b.leftGoroutines(ctx, wait)
+		if err != nil {
+			out.violations++
+			out.details = append(out.details, fmt.Sprintf("baton %s: goroutines unreadable: %v", b.name, err))
+			continue
+		}
+		if len(left) == 0 {
+			continue
+		}
+		out.violations += len(left)
+		out.summary += fmt.Sprintf("; baton %s leaked %d goroutines", b.name, len(left))
+		var stacks []string
+		for i, g := range left {
+			if i == maxStacks {
+				stacks = append(stacks, fmt.Sprintf("(and %d more)", len(left)-maxStacks))
+				break
+			}
+			stacks = append(stacks, g.stack)
+		}
+		out.details = append(out.details, fmt.Sprintf("baton %s: %d goroutines still running %v after the workload ended that were not there "+
+			"when it started:\n%s", b.name, len(left), wait, strings.Join(stacks, "\n\n")))
+	}
+}
+
+// maxStacks is how many leaked goroutines' stacks a detail shows.
+const maxStacks = 10
+
+// leftGoroutines waits up to wait for the process to have no goroutine but those
+// of its baseline, and returns the others it still has then.
+func (b *baton) leftGoroutines(ctx context.Context, wait time.Duration) ([]goroutine, error) {
+	b.mu.Lock()
+	idle := b.idle
+	b.mu.Unlock()
+	for deadline := time.Now().Add(wait); ; {
+		now, err := b.goroutines(ctx)
+		if err != nil {
+			return nil, err
+		}
+		var left []goroutine
+		for _, g := range now {
+			if !idle[g.id] {
+				left = append(left, g)
+			}
+		}
+		if len(left) == 0 || !time.Now().Before(deadline) {
+			return left, nil
+		}
+		time.Sleep(100 * time.Millisecond) // a profile: only visible by asking
+	}
+}
+
+// goroutine is one entry of a goroutine profile: its id and its stack as Go
+// prints it (the header line, the frames, and who created it).
+type goroutine struct {
+	id    int
+	stack string
+}
+
+// goroutines reads the process's goroutines from its runtime profiles, leaving
+// out the one that serves this request and those it started.
+func (b *baton) goroutines(ctx context.Context) ([]goroutine, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, b.debug+"/debug/pprof/goroutine?debug=2", nil)
+	res, err := probeClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		return nil, err
+	}
+	if res.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("goroutine profile: %s", res.Status)
+	}
+	return othersThanProfiler(parseGoroutines(string(body))), nil
+}
+
+// parseGoroutines splits a dump in Go's traceback format (debug=2; a panic's)
+// into its goroutines. Blocks that do not start with a goroutine header are
+// skipped.
+func parseGoroutines(dump string) []goroutine {
+	var gs []goroutine
+	for _, block := range strings.Split(strings.TrimSpace(dump), "\n\n") {
+		var id int
+		if _, err := fmt.Sscanf(block, "goroutine %d ", &id); err == nil {
+			gs = append(gs, goroutine{id: id, stack: strings.TrimSpace(block)})
+		}
+	}
+	return gs
+}
+
+// othersThanProfiler drops the goroutine serving the profile (net/http/pprof in
+// its stack) and the goroutines it started (its connection's background read).
+func othersThanProfiler(gs []goroutine) []goroutine {
+	self := -1
+	for _, g := range gs {
+		if strings.Contains(g.stack, "net/http/pprof.") {
+			self = g.id
+		}
+	}
+	var out []goroutine
+	for _, g := range gs {
+		if g.id != self && !strings.HasSuffix(createdIn(g.stack), fmt.Sprintf(" in goroutine %d", self)) {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// createdIn is a stack's "created by ... in goroutine N" line; "" if none.
+func createdIn(stack string) string {
+	for _, line := range strings.Split(stack, "\n") {
+		if strings.HasPrefix(line, "created by ") {
+			return line
+		}
+	}
+	return ""
 }

@@ -3,8 +3,12 @@ package main
 import (
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/pprof"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 )
@@ -104,4 +108,61 @@ func floodServer(t *testing.T) net.Listener {
 		}
 	}()
 	return l
+}
+
+// The check of a Baton process's goroutines, against a stand-in process: this
+// test's own runtime profiles served as BATON_DEBUG_ADDR serves them. A goroutine
+// started after the baseline is reported with its stack until it ends; the
+// goroutines serving the profile itself never are. Here the client asking is in
+// the same process, so the goroutines of its connection are in the profile too;
+// serverSide leaves them out (a Baton process has no HTTP client).
+func TestBatonGoroutinesAgainstTheBaseline(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	b := &baton{name: "T", debug: srv.URL}
+	idle, err := b.goroutines(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.idle = map[int]bool{}
+	for _, g := range idle {
+		if strings.Contains(g.stack, "net/http/pprof.") {
+			t.Fatalf("the profile's own goroutine is in the baseline:\n%s", g.stack)
+		}
+		b.idle[g.id] = true
+	}
+
+	stop := make(chan struct{})
+	go leakyWorker(stop)
+	left, err := b.leftGoroutines(t.Context(), time.Second)
+	if left = serverSide(left); err != nil || len(left) != 1 || !strings.Contains(left[0].stack, "leakyWorker") {
+		t.Fatalf("one goroutine started after the baseline: got %d (%v): %v", len(left), err, left)
+	}
+
+	close(stop)
+	left, err = b.leftGoroutines(t.Context(), time.Second)
+	if left = serverSide(left); err != nil || len(left) != 0 {
+		t.Fatalf("after it ended: %v %v", left, err)
+	}
+}
+
+func serverSide(gs []goroutine) []goroutine {
+	var out []goroutine
+	for _, g := range gs {
+		if !strings.Contains(g.stack, "net/http.(*Transport).dialConn") {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+func TestParseGoroutines(t *testing.T) {
+	dump := "goroutine 7 [running]:\nmain.f()\n\t/x.go:1 +0x1\ncreated by main.g in goroutine 1\n\t/x.go:2 +0x2\n\n" +
+		"goroutine 9 [chan receive, 2 minutes]:\nmain.h()\n\t/x.go:3 +0x3\n\nnot a goroutine\n"
+	gs := parseGoroutines(dump)
+	if len(gs) != 2 || gs[0].id != 7 || gs[1].id != 9 || createdIn(gs[0].stack) != "created by main.g in goroutine 1" || createdIn(gs[1].stack) != "" {
+		t.Fatalf("parsed %+v", gs)
+	}
 }

@@ -94,6 +94,7 @@ func runScenario(ctx context.Context, cfg *config, sc scenario, bin, dir string)
 		out.details = append(out.details, "key left in Redis after the locks finished: "+k)
 	}
 	r.judge(&out, dir)
+	checkBatonGoroutines(ctx, top, &out, leakWait)
 	return out, nil
 }
 
