@@ -53,14 +53,15 @@ type baton struct {
 	exited chan struct{}
 	logf   *os.File
 	starts int
-	// idle is the process's goroutines once ready after its latest start, with
-	// no request of a client open: what it must come back to (goroutines.go).
+	// idle holds the ids of the process's goroutines once ready after its latest
+	// start, with no request of a client open: what it must come back to
+	// (goroutines.go).
 	idle map[int]bool
 }
 
-// probeClient is the runner's own client for /readyz and /metrics. It opens a
-// connection per request, so that it leaves no idle connection, and no
-// goroutine serving one, in the process it asks.
+// probeClient is the runner's own client for /readyz, /metrics and the runtime
+// profiles. It opens a connection per request, so that it leaves no idle
+// connection, and no goroutine serving one, in the process it asks.
 var probeClient = &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 
 // startTopology starts a redis-server (with extra arguments) whose files go to

@@ -36,10 +36,9 @@ const (
 // (goleak.IgnoreCurrent) before the scenario started: every goroutine the
 // scenario started (workers, probes, process waiters, the in-process toxiproxy,
 // Redis clients, HTTP connections) must have ended, but for what toxiproxy
-// strands of itself (toxiproxyStub). The one kind the runner keeps on purpose is an idle
-// keep-alive connection of http.DefaultTransport, which /readyz and /metrics
-// use; those are closed first. Each leaked goroutine is a violation, its stack
-// in the details.
+// strands of itself (toxiproxyStub). Idle keep-alive connections of
+// http.DefaultTransport are closed first: they are a cache, not a leak. Each
+// leaked goroutine is a violation, its stack in the details.
 func checkGoroutines(out *row, base goleak.Option, wait time.Duration) {
 	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
 	var err error
