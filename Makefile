@@ -57,7 +57,7 @@ bench-quick: deps tools-bench
 # The fault-injection runs of issue 5 (chaos/): each scenario starts its own
 # redis-server and two Baton processes on free loopback ports, injects its fault
 # while 32+ clients work, and checks every history (porcupine) and fenced write.
-# chaos-quick: <= 8 min (about 2); chaos: <= 20 min. Exit 1 on any violation or
+# chaos-quick: <= 8 min (about 5); chaos: <= 20 min (about 17). Exit 1 on any violation or
 # stale write accepted.
 .PHONY: chaos chaos-quick
 

@@ -8,17 +8,19 @@
 // with porcupine against a model of a fenced, reentrant lock with expiring leases
 // (chaos/check), and every holder's writes go through a fenced resource that
 // counts the stale writes it rejected and any it should not have accepted. After
-// the workload Redis must hold no key of the finished locks but their fences.
+// the workload Redis must hold no key of the finished locks but their fences, and
+// neither this program nor the Baton processes may have goroutines left over
+// (goroutines.go).
 //
-//	go run ./chaos         # quick: about two minutes
-//	go run ./chaos -full   # full: under twenty minutes
+//	go run ./chaos         # quick: about five minutes
+//	go run ./chaos -full   # full: about seventeen minutes, under twenty
 //
 // It prints a table and ends with the line
 // "chaos: N scenarios, V violations, S stale writes accepted", exiting 1 when V or
 // S is above zero, and 2 when the run itself failed. Columns: the requests the
 // workload made; violations (lock histories no legal order explains, answers
-// outside the contract, keys left in Redis, faults the service did not recover
-// from within 30s); stale writes the fenced resources accepted and rejected; the
+// outside the contract, keys left in Redis, leftover goroutines, faults the
+// service did not recover from within 30s); stale writes the fenced resources accepted and rejected; the
 // requests answered with a status below 500; and the time from the end of each
 // fault (the killed process started again; a killed connection at once) until a
 // lock is handed over between the two Baton processes, both ways, within a second.
