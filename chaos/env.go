@@ -54,7 +54,7 @@ type baton struct {
 	logf   *os.File
 	starts int
 	// idle holds the ids of the process's goroutines once ready after its latest
-	// start, with no request of a client open: what it must come back to
+	// start, but for those serving requests: what it must come back to
 	// (goroutines.go).
 	idle map[int]bool
 }
@@ -62,7 +62,7 @@ type baton struct {
 // probeClient is the runner's own client for /readyz, /metrics and the runtime
 // profiles. It opens a connection per request, so that it leaves no idle
 // connection, and no goroutine serving one, in the process it asks.
-var probeClient = &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+var probeClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 
 // startTopology starts a redis-server (with extra arguments) whose files go to
 // dir, and n Baton processes on it. stop undoes it all.
@@ -107,6 +107,7 @@ func startTopology(dir, bin string, n int, redisArgs []string, batonEnv []string
 			}, batonEnv...),
 		}
 		if err := b.start(); err != nil {
+			b.kill() // it may be up, just not ready: it is not in t.batons yet
 			t.stop()
 			return nil, err
 		}
@@ -151,6 +152,7 @@ func (b *baton) start() error {
 	b.cmd, b.exited, b.logf = cmd, exited, logf
 	b.mu.Unlock()
 
+	var last error
 	deadline := time.Now().Add(15 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
@@ -158,25 +160,40 @@ func (b *baton) start() error {
 			return fmt.Errorf("baton %s exited while starting; see %s", b.name, logf.Name())
 		default:
 		}
-		if res, err := probeClient.Get(b.base + "/readyz"); err == nil {
-			res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				idle, err := b.goroutines(context.Background())
-				if err != nil {
-					return fmt.Errorf("baton %s: %w", b.name, err)
-				}
-				b.mu.Lock()
-				b.idle = map[int]bool{}
-				for _, g := range idle {
-					b.idle[g.id] = true
-				}
-				b.mu.Unlock()
-				return nil
-			}
+		if last = b.ready(); last == nil {
+			return nil
 		}
 		time.Sleep(10 * time.Millisecond) // nothing to wait on but the port
 	}
-	return fmt.Errorf("baton %s not ready within 15s; see %s", b.name, logf.Name())
+	return fmt.Errorf("baton %s not ready within 15s (%v); see %s", b.name, last, logf.Name())
+}
+
+// ready reports whether /readyz answers 200 and, once it does, records the
+// process's baseline goroutines (idle). A process started again while the
+// workload runs may already be serving requests: the goroutines serving
+// connections, and those they started, are left out of the baseline, so that
+// one of them still there at the end is reported.
+func (b *baton) ready() error {
+	res, err := probeClient.Get(b.base + "/readyz")
+	if err != nil {
+		return err
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("readyz %s", res.Status)
+	}
+	gs, err := b.goroutines(context.Background())
+	if err != nil {
+		return err
+	}
+	idle := map[int]bool{}
+	for _, g := range notServingRequests(gs) {
+		idle[g.id] = true
+	}
+	b.mu.Lock()
+	b.idle = idle
+	b.mu.Unlock()
+	return nil
 }
 
 // kill stops the process with SIGKILL, as a crash would, and waits for it to go.

@@ -5,15 +5,17 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
 	"go.uber.org/goleak"
 )
 
-// leakWait is how long the runner's goroutines get to end after a scenario's
-// topology has stopped (processes reaped, connections closed): a connection's
-// reader ends once it sees the close, far sooner. It is spent only on a leak.
+// leakWait is how long goroutines get to end: the runner's after a scenario's
+// topology has stopped (processes reaped, connections closed), a Baton's after
+// the workload has ended. A connection's reader ends once it sees the close, far
+// sooner; the wait is spent in full only on a leak.
 const leakWait = 10 * time.Second
 
 // toxiproxy (v2.5.0, and v2.12.0 still) strands a link's goroutines for good
@@ -36,11 +38,9 @@ const (
 // (goleak.IgnoreCurrent) before the scenario started: every goroutine the
 // scenario started (workers, probes, process waiters, the in-process toxiproxy,
 // Redis clients, HTTP connections) must have ended, but for what toxiproxy
-// strands of itself (toxiproxyStub). Idle keep-alive connections of
-// http.DefaultTransport are closed first: they are a cache, not a leak. Each
-// leaked goroutine is a violation, its stack in the details.
+// strands of itself (toxiproxyStub), which are counted apart. Each leaked
+// goroutine is a violation, its stack in the details.
 func checkGoroutines(out *row, base goleak.Option, wait time.Duration) {
-	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
 	var err error
 	for deadline := time.Now().Add(wait); ; {
 		// Find itself retries for about a second before it reports.
@@ -149,8 +149,6 @@ type goroutine struct {
 // goroutines reads the process's goroutines from its runtime profiles, leaving
 // out the one that serves this request and those it started.
 func (b *baton) goroutines(ctx context.Context) ([]goroutine, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, b.debug+"/debug/pprof/goroutine?debug=2", nil)
 	res, err := probeClient.Do(req)
 	if err != nil {
@@ -192,19 +190,43 @@ func othersThanProfiler(gs []goroutine) []goroutine {
 	}
 	var out []goroutine
 	for _, g := range gs {
-		if g.id != self && !strings.HasSuffix(createdIn(g.stack), fmt.Sprintf(" in goroutine %d", self)) {
+		if self < 0 || (g.id != self && creator(g.stack) != self) {
 			out = append(out, g)
 		}
 	}
 	return out
 }
 
-// createdIn is a stack's "created by ... in goroutine N" line; "" if none.
-func createdIn(stack string) string {
-	for _, line := range strings.Split(stack, "\n") {
-		if strings.HasPrefix(line, "created by ") {
-			return line
+// notServingRequests drops the goroutines serving HTTP connections (the API's
+// and the profile's own) and those they started.
+func notServingRequests(gs []goroutine) []goroutine {
+	const serve = "net/http.(*conn).serve("
+	serving := map[int]bool{}
+	for _, g := range gs {
+		if strings.Contains(g.stack, serve) {
+			serving[g.id] = true
 		}
 	}
-	return ""
+	var out []goroutine
+	for _, g := range gs {
+		if !serving[g.id] && !serving[creator(g.stack)] {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// creator is the id of the goroutine that started this one, from its stack's
+// "created by ... in goroutine N" line; -1 when the stack does not say.
+func creator(stack string) int {
+	for _, line := range strings.Split(stack, "\n") {
+		if rest, ok := strings.CutPrefix(line, "created by "); ok {
+			if i := strings.LastIndex(rest, " in goroutine "); i >= 0 {
+				if id, err := strconv.Atoi(rest[i+len(" in goroutine "):]); err == nil {
+					return id
+				}
+			}
+		}
+	}
+	return -1
 }

@@ -162,7 +162,35 @@ func TestParseGoroutines(t *testing.T) {
 	dump := "goroutine 7 [running]:\nmain.f()\n\t/x.go:1 +0x1\ncreated by main.g in goroutine 1\n\t/x.go:2 +0x2\n\n" +
 		"goroutine 9 [chan receive, 2 minutes]:\nmain.h()\n\t/x.go:3 +0x3\n\nnot a goroutine\n"
 	gs := parseGoroutines(dump)
-	if len(gs) != 2 || gs[0].id != 7 || gs[1].id != 9 || createdIn(gs[0].stack) != "created by main.g in goroutine 1" || createdIn(gs[1].stack) != "" {
+	if len(gs) != 2 || gs[0].id != 7 || gs[1].id != 9 || creator(gs[0].stack) != 1 || creator(gs[1].stack) != -1 {
 		t.Fatalf("parsed %+v", gs)
+	}
+}
+
+// A Baton started again while the workload runs is ready with requests in
+// flight: its baseline leaves out the goroutines serving connections and those
+// they started, so that any of them still there at the end is reported. The
+// goroutine serving a profile is left out of every reading, and only it and
+// what it started: the main goroutine, created by nobody, stays.
+func TestBaselineLeavesOutRequests(t *testing.T) {
+	dump := "goroutine 1 [select]:\nmain.serve()\n\t/m.go:1 +0x1\nmain.main()\n\t/m.go:2 +0x2\n\n" +
+		"goroutine 40 [IO wait]:\nnet/http.(*conn).serve(0xc000)\n\t/s.go:1 +0x1\ncreated by net/http.(*Server).Serve in goroutine 24\n\t/s.go:2 +0x2\n\n" +
+		"goroutine 41 [chan receive]:\nmain.leaky()\n\t/h.go:1 +0x1\ncreated by main.handler in goroutine 40\n\t/h.go:2 +0x2\n\n" +
+		"goroutine 24 [IO wait]:\nnet/http.(*Server).Serve(0xc000)\n\t/s.go:3 +0x3\ncreated by main.serve in goroutine 1\n\t/m.go:3 +0x3\n\n" +
+		"goroutine 50 [running]:\nnet/http/pprof.handler.ServeHTTP()\n\t/p.go:1 +0x1\nnet/http.(*conn).serve(0xc001)\n\t/s.go:1 +0x1\ncreated by net/http.(*Server).Serve in goroutine 30\n\t/s.go:2 +0x2\n\n" +
+		"goroutine 51 [IO wait]:\nnet/http.(*connReader).backgroundRead()\n\t/s.go:4 +0x4\ncreated by net/http.(*connReader).startBackgroundRead in goroutine 50\n\t/s.go:5 +0x5\n"
+	ids := func(gs []goroutine) []int {
+		var out []int
+		for _, g := range gs {
+			out = append(out, g.id)
+		}
+		return out
+	}
+	read := othersThanProfiler(parseGoroutines(dump))
+	if got := ids(read); len(got) != 4 || got[0] != 1 || got[1] != 40 || got[2] != 41 || got[3] != 24 {
+		t.Fatalf("a reading: %v, want [1 40 41 24]", got)
+	}
+	if got := ids(notServingRequests(read)); len(got) != 2 || got[0] != 1 || got[1] != 24 {
+		t.Fatalf("a baseline: %v, want [1 24]", got)
 	}
 }
