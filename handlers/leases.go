@@ -23,14 +23,8 @@ func (s *server) renew() http.Handler {
 		TTLms *int64 `json:"ttl_ms"`
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		name, err := lockName(r)
-		if err == nil {
-			err = checkQuery(r)
-		}
 		var req request
-		if err == nil {
-			err = decodeJSON(w, r, &req)
-		}
+		name, err := readRequest(w, r, &req)
 		ttl, err := s.limits.ttlOr(req.TTLms, err)
 		if err != nil {
 			s.fail(w, r, err)
@@ -60,10 +54,7 @@ func (s *server) release() http.Handler {
 // the lock name and the query, then answers 200 with what call returns.
 func (s *server) noBody(call func(r *http.Request, name string) (any, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		name, err := lockName(r)
-		if err == nil {
-			err = checkQuery(r)
-		}
+		name, err := readRequest(w, r, nil)
 		var v any
 		if err == nil {
 			v, err = call(r, name)

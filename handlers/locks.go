@@ -16,14 +16,8 @@ func (s *server) acquire() http.Handler {
 		Lease  *string `json:"lease"`
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		name, err := lockName(r)
-		if err == nil {
-			err = checkQuery(r)
-		}
 		var req request
-		if err == nil {
-			err = decodeJSON(w, r, &req)
-		}
+		name, err := readRequest(w, r, &req)
 		var ar store.AcquireRequest
 		var applied string
 		if err == nil {

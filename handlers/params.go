@@ -36,6 +36,19 @@ func lockName(r *http.Request) (string, error) {
 	return name, nil
 }
 
+// readRequest reads what the lock routes without query parameters start with:
+// the lock name, no query, and, when body is not nil, the JSON body into it.
+func readRequest(w http.ResponseWriter, r *http.Request, body any) (string, error) {
+	name, err := lockName(r)
+	if err == nil {
+		err = checkQuery(r)
+	}
+	if err == nil && body != nil {
+		err = decodeJSON(w, r, body)
+	}
+	return name, err
+}
+
 // checkQuery rejects query parameters the route does not take, so that a typo
 // (wait for wait_ms) never passes silently.
 func checkQuery(r *http.Request, allowed ...string) error {

@@ -35,10 +35,7 @@ func (s *server) poll() http.Handler {
 // cancel serves DELETE /v1/locks/{name}/tickets/{ticket}.
 func (s *server) cancel() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		name, err := lockName(r)
-		if err == nil {
-			err = checkQuery(r)
-		}
+		name, err := readRequest(w, r, nil)
 		if err == nil {
 			err = s.store.Cancel(r.Context(), name, chi.URLParam(r, "ticket"))
 		}
