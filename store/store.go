@@ -81,27 +81,27 @@ func NewClient(rawURL string) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, fmt.Errorf("parse redis url: %w", err)
 		}
-		fo.MaxRetries = -1
-		fo.DialerRetries = 1
-		fo.DialTimeout = 2 * time.Second
-		fo.ReadTimeout = 2 * time.Second
-		fo.WriteTimeout = 2 * time.Second
-		fo.ContextTimeoutEnabled = true
+		connLimits(&fo.MaxRetries, &fo.DialerRetries, &fo.DialTimeout, &fo.ReadTimeout, &fo.WriteTimeout, &fo.ContextTimeoutEnabled)
 		return redis.NewFailoverClient(fo), nil
 	}
 	opt, err := redis.ParseURL(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("parse redis url: %w", err)
 	}
-	opt.MaxRetries = -1
-	// One dial attempt: while Redis is down, answer 503 at once rather than after
-	// go-redis's five attempts; the client retries after Retry-After.
-	opt.DialerRetries = 1
-	opt.DialTimeout = 2 * time.Second
-	opt.ReadTimeout = 2 * time.Second
-	opt.WriteTimeout = 2 * time.Second
-	opt.ContextTimeoutEnabled = true
+	connLimits(&opt.MaxRetries, &opt.DialerRetries, &opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.ContextTimeoutEnabled)
 	return redis.NewClient(opt), nil
+}
+
+// connLimits sets what the plain and the Sentinel client share (go-redis has a
+// type of options for each): no command retries by go-redis (the store retries
+// what is safe to retry itself); one dial attempt, so that while Redis is down
+// the answer is 503 at once rather than after go-redis's five attempts (the
+// client retries after Retry-After); 2 s per dial, read and write; and the
+// request's context deadline honoured.
+func connLimits(maxRetries, dialerRetries *int, dial, read, write *time.Duration, useContext *bool) {
+	*maxRetries, *dialerRetries = -1, 1
+	*dial, *read, *write = 2*time.Second, 2*time.Second, 2*time.Second
+	*useContext = true
 }
 
 const sentinelScheme = "redis+sentinel"
