@@ -228,7 +228,7 @@ func (e *env) buildBaton(ctx context.Context) error {
 func (e *env) startBaton(ctx context.Context) (*proc, string, error) {
 	var last error
 	for range 3 {
-		port, err := freePort()
+		port, err := redistest.FreePort()
 		if err != nil {
 			return nil, "", err
 		}
@@ -270,8 +270,8 @@ func (e *env) startEtcd(ctx context.Context) error {
 		if e.etcdDir, err = os.MkdirTemp(base, "baton-bench-etcd-"); err != nil {
 			return err
 		}
-		cp, err1 := freePort()
-		pp, err2 := freePort()
+		cp, err1 := redistest.FreePort()
+		pp, err2 := redistest.FreePort()
 		if err := errors.Join(err1, err2); err != nil {
 			return err
 		}

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -219,15 +218,6 @@ func raiseNoFile(want uint64) uint64 {
 	_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &nl)
 	_ = syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
 	return lim.Cur
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // proc is a child process this program started and will stop.

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -86,12 +85,12 @@ func startTopology(dir, bin string, n int, redisArgs []string, batonEnv []string
 		redisURL = t.proxy.url()
 	}
 	for i := range n {
-		port, err := freePort()
+		port, err := redistest.FreePort()
 		if err != nil {
 			t.stop()
 			return nil, err
 		}
-		debugPort, err := freePort()
+		debugPort, err := redistest.FreePort()
 		if err != nil {
 			t.stop()
 			return nil, err
@@ -271,13 +270,4 @@ func moduleRoot() (string, error) {
 		return "", errors.New("not inside the baton module: run from the repository")
 	}
 	return filepath.Dir(gomod), nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

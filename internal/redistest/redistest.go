@@ -56,7 +56,7 @@ func Start(t testing.TB, extra ...string) *Server {
 func StartServer(dir string, extra ...string) (*Server, error) {
 	var last error
 	for range 5 {
-		port, err := freePort()
+		port, err := FreePort()
 		if err != nil {
 			return nil, err
 		}
@@ -72,7 +72,9 @@ func StartServer(dir string, extra ...string) (*Server, error) {
 	return nil, last
 }
 
-func freePort() (int, error) {
+// FreePort is a TCP port free on loopback right now, for a process to listen on
+// (another process may take it first; callers that start servers retry).
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err

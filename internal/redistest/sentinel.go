@@ -104,7 +104,7 @@ func StartSentinel(dir string, cfg SentinelConfig) (*Sentinel, error) {
 	}
 	var last error
 	for range 5 {
-		p, err := freePort()
+		p, err := FreePort()
 		if err != nil {
 			return nil, err
 		}
