@@ -40,7 +40,7 @@ type scriptLocker struct {
 }
 
 func newScriptLocker(rdb *redis.Client, prefix string) *scriptLocker {
-	return &scriptLocker{rdb: rdb, prefix: prefix, acq: redis.NewScript(lua.Acquire), rel: redis.NewScript(lua.Release)}
+	return &scriptLocker{rdb: rdb, prefix: prefix, acq: redis.NewScript(lua.Compose(lua.Acquire, 3600000)), rel: redis.NewScript(lua.Compose(lua.Release, 3600000))}
 }
 
 func (s *scriptLocker) keys(name string) []string {

@@ -29,11 +29,12 @@ if mode == 'reenter' then
   redis.call('HINCRBY', lock, 'count', 1)
   redis.call('HSET', lock, 'ttl', ttl, 'tk', '')
   redis.call('PEXPIRE', lock, ttl)
+  keep_fence(ttl)
   return lease_reply('reentered', now)
 end
 
 if not settle(now) then
-  grant(lh, ttl, owner, now, next_fence(now), ttl, '')
+  grant(lh, ttl, owner, now, next_fence(now, ttl), ttl, '')
   return lease_reply('granted', now)
 end
 if redis.call('HGET', lock, 'lease') == lh then

@@ -17,13 +17,13 @@
 --
 -- Numbers above 2^31 (fences, times) travel as strings: Lua numbers are doubles and
 -- tostring would print them in exponent form.
+--
+-- FENCE_GUARD_MS is not defined here: the loader (lua.Compose) puts it on the line
+-- before this file, from store.Options.FenceGuard (BATON_FENCE_GUARD).
 
 local lock, fencekey, queue = KEYS[1], KEYS[2], KEYS[3]
 local channel = lock .. ':ev'
 local tprefix = lock .. ':t:'
--- The fence key outlives idle locks by a week; after that the time floor below
--- still keeps fences increasing.
-local FENCE_RETENTION_MS = 604800000
 
 local function str(n)
   return string.format('%.0f', n)
@@ -34,12 +34,36 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- next_fence issues max(last + 1, now_ms * 1000): strictly increasing, and still
--- increasing after the fence key was lost to eviction, expiry or failover.
-local function next_fence(now)
+-- keep_fence makes the fence key live at least ms from now.
+local function keep_fence(ms)
+  if redis.call('PTTL', fencekey) < ms then
+    redis.call('PEXPIRE', fencekey, ms)
+  end
+end
+
+-- next_fence issues max(last + 1, now * 1000) for a grant whose lease (or claim
+-- window) is window ms, and keeps the fence key for the longer of the lease and
+-- FENCE_GUARD_MS. Every script that extends a hold or a ticket extends the key to
+-- match (keep_fence), so it lives while the lock has holds or a queue, and for
+-- the guard after the last grant; then nothing of the name is left in Redis.
+--
+-- Why fences still only grow once the key is gone. Let f be the highest fence
+-- issued, by a grant at Redis clock time t: f <= t * 1000 + k, where k is the number
+-- of grants that found last + 1 above the time floor, which needs more than 1000
+-- grants of one lock in a millisecond to pass 1 ms. The key outlives that grant by
+-- at least FENCE_GUARD_MS of the Redis clock (expiry is a deadline on that clock), so
+-- while it exists every grant gets last + 1 > f; once it is gone, the clock reads
+-- at least t + FENCE_GUARD_MS, and a grant at clock time t2 gets t2 * 1000. If the
+-- clock then never steps back by more than FENCE_GUARD_MS, t2 > t and t2 * 1000 >
+-- f. A step back while the key exists only postpones its expiry. So fences only
+-- grow as long as the Redis clock never steps back by more than the guard: an NTP
+-- step, or a failover to a replica whose clock is behind (a failover that loses
+-- the key's last update is the README's "replication is asynchronous" caveat).
+local function next_fence(now, window)
   local last = tonumber(redis.call('GET', fencekey) or '0') or 0
   local f = math.max(last + 1, now * 1000)
-  redis.call('SET', fencekey, str(f), 'PX', FENCE_RETENTION_MS)
+  redis.call('SET', fencekey, str(f), 'KEEPTTL')
+  keep_fence(math.max(FENCE_GUARD_MS, tonumber(window)))
   return f
 end
 
@@ -81,11 +105,12 @@ local function handoff(now)
   end
   local tkey = tprefix .. th
   local t = redis.call('HMGET', tkey, 'lh', 'ttl', 'owner', 'tt', 'p')
-  local fence = next_fence(now)
   local window, tk, claimed = tonumber(t[4]), th, '0'
   if (tonumber(t[5]) or 0) >= now then
     window, tk, claimed = tonumber(t[2]), '', '1'
   end
+  -- The key must outlive the full lease even when the grant waits for its claim.
+  local fence = next_fence(now, t[2])
   grant(t[1], t[2], t[3], now, fence, window, tk)
   redis.call('ZREM', queue, th)
   redis.call('DEL', tkey)
@@ -129,6 +154,7 @@ local function keep_ticket(tkey, now, poll_ms)
   if redis.call('PTTL', queue) < life then
     redis.call('PEXPIRE', queue, life)
   end
+  keep_fence(life)
 end
 
 -- queued_reply: {'queued', position, waiters, lock pttl, ticket ttl}.

@@ -4,7 +4,10 @@
 // stays a single atomic call.
 package lua
 
-import _ "embed"
+import (
+	_ "embed"
+	"strconv"
+)
 
 //go:embed lib.lua
 var lib string
@@ -28,7 +31,7 @@ var (
 	poke string
 )
 
-// Script sources, each with lib.lua prepended.
+// Script sources, each with lib.lua prepended. Compose makes them runnable.
 var (
 	Acquire = lib + acquire
 	Renew   = lib + renew
@@ -39,3 +42,10 @@ var (
 	Cancel  = lib + cancel
 	Poke    = lib + poke
 )
+
+// Compose returns a script source ready to load: src with the settings lib.lua
+// leaves to the loader defined ahead of it. fenceGuardMs is how long, in
+// milliseconds, a lock's fence key outlives its last grant (BATON_FENCE_GUARD).
+func Compose(src string, fenceGuardMs int64) string {
+	return "local FENCE_GUARD_MS = " + strconv.FormatInt(fenceGuardMs, 10) + "\n" + src
+}

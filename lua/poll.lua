@@ -16,7 +16,9 @@ settle(now)
 if redis.call('HGET', lock, 'lease') == ARGV[2] then
   if redis.call('HGET', lock, 'tk') == th then
     redis.call('HSET', lock, 'tk', '')
-    redis.call('PEXPIRE', lock, redis.call('HGET', lock, 'ttl'))
+    local ttl = tonumber(redis.call('HGET', lock, 'ttl'))
+    redis.call('PEXPIRE', lock, ttl)
+    keep_fence(ttl)
   end
   return lease_reply('granted', now)
 end

@@ -16,4 +16,5 @@ if ttl == '0' then
 end
 redis.call('HSET', lock, 'ttl', ttl, 'tk', '')
 redis.call('PEXPIRE', lock, ttl)
+keep_fence(tonumber(ttl))
 return lease_reply('renewed', now)

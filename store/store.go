@@ -44,6 +44,12 @@ type Options struct {
 	// WaitTimeout the reply stands, and baton_wait_unacked_total counts it.
 	WaitReplicas int
 	WaitTimeout  time.Duration // default 100ms
+
+	// FenceGuard is how long a lock's fence key outlives its last grant (and its
+	// holds and queue), default 1h: fences only grow as long as the Redis clock
+	// never steps back by more than this (lua/lib.lua, next_fence, says why).
+	// Under a second is taken as a second.
+	FenceGuard time.Duration
 }
 
 // Store is the Redis lock store. It is safe for concurrent use.
@@ -187,18 +193,25 @@ func New(rdb redis.UniversalClient, opt Options) *Store {
 	if opt.WaitTimeout <= 0 {
 		opt.WaitTimeout = 100 * time.Millisecond
 	}
+	if opt.FenceGuard == 0 {
+		opt.FenceGuard = time.Hour
+	}
+	opt.FenceGuard = max(opt.FenceGuard, time.Second)
+	script := func(src string) *redis.Script {
+		return redis.NewScript(lua.Compose(src, opt.FenceGuard.Milliseconds()))
+	}
 	s := &Store{
 		rdb:      rdb,
 		opt:      opt,
 		m:        opt.Metrics,
-		acquire:  redis.NewScript(lua.Acquire),
-		renew:    redis.NewScript(lua.Renew),
-		release:  redis.NewScript(lua.Release),
-		force:    redis.NewScript(lua.Force),
-		state:    redis.NewScript(lua.State),
-		poll:     redis.NewScript(lua.Poll),
-		cancel:   redis.NewScript(lua.Cancel),
-		poke:     redis.NewScript(lua.Poke),
+		acquire:  script(lua.Acquire),
+		renew:    script(lua.Renew),
+		release:  script(lua.Release),
+		force:    script(lua.Force),
+		state:    script(lua.State),
+		poll:     script(lua.Poll),
+		cancel:   script(lua.Cancel),
+		poke:     script(lua.Poke),
 		shutdown: make(chan struct{}),
 	}
 	s.disp = newDispatcher(rdb, s.pokeLock, opt.Logger, s.m)
