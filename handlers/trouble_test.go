@@ -5,12 +5,14 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/batonhq/baton/internal/redistest"
@@ -31,6 +33,10 @@ type proxy struct {
 	cutNextScript atomic.Bool
 	// blockSubscribe closes, at once, every connection that (re)subscribes.
 	blockSubscribe atomic.Bool
+	// stallSubscribe stops forwarding, from its SUBSCRIBE on, what a connection
+	// that subscribes sends, and keeps the connection open: a network that went
+	// silent just after the SUBSCRIBE was written. cutStalled then breaks it.
+	stallSubscribe atomic.Bool
 	cuts           chan struct{} // one value per connection cut by cutNextScript
 
 	mu     sync.Mutex
@@ -42,6 +48,7 @@ type proxy struct {
 type pipe struct {
 	client, server net.Conn
 	cutting        atomic.Bool // the reply to come is dropped and both sides closed
+	stalled        atomic.Bool // nothing more is forwarded to Redis
 	once           sync.Once
 }
 
@@ -116,6 +123,12 @@ func (px *proxy) up(p *pipe) {
 			if px.blockSubscribe.Load() && bytes.Contains(cmd, []byte("subscribe")) {
 				return
 			}
+			if px.stallSubscribe.Load() && bytes.Contains(cmd, []byte("subscribe")) {
+				p.stalled.Store(true)
+			}
+			if p.stalled.Load() {
+				continue
+			}
 			if bytes.Contains(cmd, []byte("eval")) && px.cutNextScript.CompareAndSwap(true, false) {
 				p.cutting.Store(true)
 			}
@@ -152,6 +165,20 @@ func (px *proxy) down(p *pipe) {
 			return
 		}
 	}
+}
+
+// cutStalled closes every connection stallSubscribe stalled.
+func (px *proxy) cutStalled() int {
+	px.mu.Lock()
+	defer px.mu.Unlock()
+	n := 0
+	for p := range px.pipes {
+		if p.stalled.Load() {
+			p.close()
+			n++
+		}
+	}
+	return n
 }
 
 // killPubSub runs CLIENT KILL TYPE pubsub and returns how many it killed.
@@ -403,5 +430,64 @@ func TestBrokenConnectionNoBlindRetry(t *testing.T) {
 				t.Errorf("hold count %d after the cut, want %d: the script ran exactly once", count, tt.wantCount)
 			}
 		})
+	}
+}
+
+// A SUBSCRIBE is written, the pub/sub connection goes silent before Redis saw
+// it, the waiter leaves (its UNSUBSCRIBE lost too) and only then does the
+// connection break and go-redis reconnect: the next waiter of that lock must
+// still see its channel ready, make its first check and arm its timer at the
+// holder's lease end. (Counting confirmations left it waiting forever.)
+func TestSubscribeLostBeforeConfirmed(t *testing.T) {
+	srv := redistest.Start(t)
+	px := startProxy(t, srv.Addr())
+	e := newEnv(t, envOptions{Redis: srv, RedisURL: px.URL()})
+	e.acquire("lost", map[string]any{"ttl_ms": 30000})
+
+	px.stallSubscribe.Store(true)
+	w1 := e.send(req{Method: "POST", Path: "/v1/locks/lost", Body: map[string]any{"wait_ms": 300}})
+	wantStatus(t, awaitAnswer(t, w1, 5*time.Second).r, http.StatusLocked, "lock-held")
+	e.awaitWaiters(0)
+	px.stallSubscribe.Store(false)
+	if n := px.cutStalled(); n != 1 {
+		t.Fatalf("cut %d stalled connections, want the pub/sub one", n)
+	}
+	// The holder goes; a new holder's lease ends in 800 ms, announced by nobody
+	// but the next waiter's own timer.
+	wantStatus(t, e.do(req{Method: "DELETE", Path: "/v1/locks/lost?force=true"}), http.StatusOK, "")
+	h := e.acquire("lost", map[string]any{"ttl_ms": 800})
+	w2 := e.parkWaiter("lost", map[string]any{"wait_ms": 4000})
+	got := awaitAnswer(t, w2, 10*time.Second)
+	wantStatus(t, got.r, http.StatusCreated, "")
+	late := parseStamp(t, got.r.Str("acquired_at")).Sub(parseStamp(t, h.Str("expires_at")))
+	if late > 100*time.Millisecond {
+		t.Errorf("lease end -> grant %v, want within 50 ms (+slack)", late)
+	}
+}
+
+// baton_pubsub_resubscribes_total counts connection losses, not channels.
+func TestResubscribesCountsReconnects(t *testing.T) {
+	srv := redistest.Start(t)
+	e := newEnv(t, envOptions{Redis: srv})
+	var waits []<-chan answer
+	var holds []*resp
+	for i := range 5 {
+		name := "rc" + strconv.Itoa(i)
+		holds = append(holds, e.acquire(name, map[string]any{"ttl_ms": 30000}))
+		waits = append(waits, e.parkWaiter(name, map[string]any{"wait_ms": 20000}))
+	}
+	before := testutil.ToFloat64(e.Metrics.PubSubReconnects)
+	if n := killPubSub(t, e.Redis); n < 1 {
+		t.Fatalf("killed %d pub/sub connections", n)
+	}
+	for i := range 5 {
+		e.awaitSubscribers("rc"+strconv.Itoa(i), 1)
+	}
+	for i, h := range holds {
+		wantStatus(t, e.do(req{Method: "DELETE", Path: h.Str("url")}), http.StatusOK, "")
+		wantStatus(t, awaitAnswer(t, waits[i], 10*time.Second).r, http.StatusCreated, "")
+	}
+	if got := testutil.ToFloat64(e.Metrics.PubSubReconnects) - before; got != 1 {
+		t.Errorf("baton_pubsub_resubscribes_total grew by %v for one lost connection with 5 channels, want 1", got)
 	}
 }

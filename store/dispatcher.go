@@ -16,8 +16,16 @@ import (
 
 // The dispatcher owns the process's one pub/sub connection. Subscriptions are
 // reference-counted per lock channel: the first local waiter of a lock subscribes,
-// the last one out unsubscribes. A waiter's first check happens only once Redis has
-// confirmed its channel's subscription, so no release can fall between the two.
+// the last one out unsubscribes. A waiter's first check happens only once Redis
+// has processed its channel's SUBSCRIBE, so no release can fall between the two.
+// That is known from a barrier: after each batch of SUBSCRIBEs the writer sends a
+// PING carrying a token, and Redis answers a connection's commands in order, so
+// its pong means every SUBSCRIBE written before it took effect. Confirmations of
+// single subscriptions are not counted: a connection that breaks between a
+// SUBSCRIBE and its confirmation, a channel left and joined again meanwhile, or
+// go-redis's own resubscription after a reconnect would make such counts lie.
+// After any pub/sub error every channel is subscribed again behind a new barrier,
+// and its waiters re-check once it is ready.
 //
 // Messages are dispatched in-process: 'g:<ticket hash>…' wakes exactly that ticket's
 // waiter with its grant; 'r' wakes one non-fair waiter (no thundering herd); both
@@ -42,6 +50,7 @@ type grantMsg struct {
 	window  time.Duration
 	claimed bool // granted with the full ttl because the waiter was polling
 	owner   string
+	recv    time.Time // when this process received the message, by its own clock
 }
 
 type waiter struct {
@@ -60,7 +69,8 @@ type channel struct {
 	name     string // lock name
 	key      string // channel name
 	waiters  []*waiter
-	ready    bool // the subscription is confirmed
+	ready    bool   // Redis has processed the channel's latest SUBSCRIBE
+	subSeq   uint64 // the op sequence number of that SUBSCRIBE
 	timer    *time.Timer
 	deadline time.Time
 }
@@ -68,6 +78,17 @@ type channel struct {
 type subOp struct {
 	sub bool
 	key string
+	seq uint64
+}
+
+// barrierPrefix starts the payload of the writer's barrier pings.
+const barrierPrefix = "baton-barrier:"
+
+// barrier is a barrier ping in flight: its pong readies every channel whose
+// SUBSCRIBE was written before it (subSeq <= upTo).
+type barrier struct {
+	token uint64
+	upTo  uint64
 }
 
 type dispatcher struct {
@@ -79,8 +100,11 @@ type dispatcher struct {
 
 	mu       sync.Mutex
 	chans    map[string]*channel
-	inflight map[string]int // SUBSCRIBEs sent and not yet confirmed
-	ops      []subOp        // subscription changes waiting for the writer, in order
+	ops      []subOp // subscription changes waiting for the writer, in order
+	opSeq    uint64  // the last op's sequence number
+	barriers []barrier
+	token    uint64 // the last barrier's token
+	resync   bool   // a pub/sub error happened: subscribe everything again
 	opsReady chan struct{}
 
 	done chan struct{}
@@ -95,7 +119,6 @@ func newDispatcher(rdb redis.UniversalClient, poke func(context.Context, string)
 		log:      log,
 		m:        m,
 		chans:    make(map[string]*channel),
-		inflight: make(map[string]int),
 		opsReady: make(chan struct{}, 1),
 		done:     make(chan struct{}),
 	}
@@ -132,8 +155,7 @@ func (d *dispatcher) add(name, key string, kind waiterKind, th string) *waiter {
 	if c == nil {
 		c = &channel{name: name, key: key}
 		d.chans[key] = c
-		d.inflight[key]++
-		d.queueOp(subOp{sub: true, key: key})
+		d.subscribe(c)
 	}
 	w.ch = c
 	c.waiters = append(c.waiters, w)
@@ -256,11 +278,35 @@ func (d *dispatcher) fire(c *channel) {
 		d.arm(c, 50*time.Millisecond)
 	case held:
 		d.arm(c, pttl)
+		// Held at the lease's end: renewed, or taken by someone else after the
+		// lease ran out and before this poke, which published nothing. Watchers
+		// look: a change of hands by expiry must not go unseen.
+		for _, w := range c.waiters {
+			if w.kind == kindWatch {
+				w.notify()
+			}
+		}
 	}
 }
 
-func (d *dispatcher) queueOp(op subOp) {
+// subscribe queues a SUBSCRIBE for c, which is not ready until a barrier
+// written after it comes back; the caller holds d.mu.
+func (d *dispatcher) subscribe(c *channel) {
+	c.ready = false
+	c.subSeq = d.queueOp(subOp{sub: true, key: c.key})
+}
+
+// queueOp queues a subscription change and returns its sequence number; the
+// caller holds d.mu.
+func (d *dispatcher) queueOp(op subOp) uint64 {
+	d.opSeq++
+	op.seq = d.opSeq
 	d.ops = append(d.ops, op)
+	defer d.wakeWriter()
+	return op.seq
+}
+
+func (d *dispatcher) wakeWriter() {
 	select {
 	case d.opsReady <- struct{}{}:
 	default:
@@ -268,7 +314,8 @@ func (d *dispatcher) queueOp(op subOp) {
 }
 
 // write sends subscription changes in the order they were made, off the caller's
-// path and outside d.mu, so a slow connection never blocks message dispatch.
+// path and outside d.mu, so a slow connection never blocks message dispatch. A
+// batch that subscribes ends with a barrier ping.
 func (d *dispatcher) write() {
 	defer d.wg.Done()
 	for {
@@ -281,37 +328,95 @@ func (d *dispatcher) write() {
 		ops := d.ops
 		d.ops = nil
 		d.mu.Unlock()
+		var upTo uint64
+		failed := false
 		for _, op := range ops {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			var err error
 			if ps := d.pubsub(); op.sub {
 				err = ps.Subscribe(ctx, op.key)
+				upTo = op.seq
 			} else {
 				err = ps.Unsubscribe(ctx, op.key)
 			}
 			cancel()
-			if err != nil && op.sub {
-				d.subscribeFailed(op.key)
+			if err != nil {
+				failed = true
+				if op.sub {
+					d.subscribeFailed(op.key)
+				}
+			}
+		}
+		if upTo > 0 && !failed {
+			d.mu.Lock()
+			d.token++
+			token := d.token
+			d.barriers = append(d.barriers, barrier{token: token, upTo: upTo})
+			d.mu.Unlock()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			failed = d.pubsub().Ping(ctx, barrierPrefix+strconv.FormatUint(token, 10)) != nil
+			cancel()
+		}
+		if failed {
+			// go-redis may have reconnected inside the failed call, resubscribing
+			// only what its own list held: subscribe everything again, behind a
+			// new barrier, once the connection answers.
+			d.mu.Lock()
+			d.resync = true
+			d.mu.Unlock()
+		}
+	}
+}
+
+// subscribeFailed lets the channel's waiters check once anyway; the channel is
+// subscribed again, and they re-check again, when the connection answers.
+func (d *dispatcher) subscribeFailed(key string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if c := d.chans[key]; c != nil {
+		for _, w := range c.waiters {
+			w.notify()
+		}
+	}
+}
+
+// barrierDone readies the channels a barrier covers and wakes their waiters.
+func (d *dispatcher) barrierDone(payload string) {
+	token, err := strconv.ParseUint(strings.TrimPrefix(payload, barrierPrefix), 10, 64)
+	if err != nil {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var upTo uint64
+	found := false
+	i := 0
+	for ; i < len(d.barriers) && d.barriers[i].token <= token; i++ {
+		if d.barriers[i].token == token {
+			upTo, found = d.barriers[i].upTo, true
+		}
+	}
+	d.barriers = d.barriers[i:] // earlier ones were lost with a connection
+	if !found {
+		return
+	}
+	for _, c := range d.chans {
+		if !c.ready && c.subSeq != 0 && c.subSeq <= upTo {
+			c.ready = true
+			for _, w := range c.waiters {
+				w.notify()
 			}
 		}
 	}
 }
 
-// subscribeFailed lets the channel's waiters check once anyway; the subscription is
-// made again, and they re-check again, when the connection comes back.
-func (d *dispatcher) subscribeFailed(key string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.inflight[key] > 0 {
-		d.inflight[key]--
-	}
-	if d.inflight[key] == 0 {
-		delete(d.inflight, key)
-	}
-	if c := d.chans[key]; c != nil {
-		for _, w := range c.waiters {
-			w.notify()
-		}
+// resubscribeAll subscribes every channel again after a pub/sub error; their
+// waiters re-check once the barrier behind it comes back. The caller holds d.mu.
+func (d *dispatcher) resubscribeAll() {
+	d.resync = false
+	d.m.PubSubReconnects.Inc()
+	for _, c := range d.chans {
+		d.subscribe(c)
 	}
 }
 
@@ -345,13 +450,8 @@ func (d *dispatcher) renew() {
 	}
 	old := d.ps
 	d.ps = ps
-	clear(d.inflight)
-	for key, c := range d.chans {
-		c.ready = false
-		d.inflight[key]++
-		d.queueOp(subOp{sub: true, key: key})
-	}
-	d.m.PubSubReconnects.Inc()
+	d.barriers = nil
+	d.resubscribeAll()
 	d.mu.Unlock()
 	_ = old.Close()
 }
@@ -392,8 +492,12 @@ func (d *dispatcher) receive() {
 				}
 				continue
 			}
-			// go-redis reconnects on an error; the ping went with the old connection.
+			// go-redis reconnects on an error; the ping went with the old connection,
+			// and so may have SUBSCRIBEs and barriers.
 			pinged = time.Time{}
+			d.mu.Lock()
+			d.resync = true
+			d.mu.Unlock()
 			if backoff == minBackoff { // once per outage, not on every retry
 				d.log.Warn().Err(err).Msg("pub/sub connection lost; reconnecting")
 			}
@@ -406,38 +510,19 @@ func (d *dispatcher) receive() {
 			continue
 		}
 		backoff, pinged = minBackoff, time.Time{}
+		d.mu.Lock()
+		if d.resync {
+			d.resubscribeAll()
+		}
+		d.mu.Unlock()
 		switch m := msg.(type) {
-		case *redis.Subscription:
-			if m.Kind == "subscribe" {
-				d.confirmed(m.Channel)
+		case *redis.Pong:
+			if strings.HasPrefix(m.Payload, barrierPrefix) {
+				d.barrierDone(m.Payload)
 			}
 		case *redis.Message:
 			d.dispatch(m.Channel, m.Payload)
 		}
-	}
-}
-
-func (d *dispatcher) confirmed(key string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	resubscribe := d.inflight[key] == 0
-	if !resubscribe {
-		d.inflight[key]--
-		if d.inflight[key] > 0 {
-			return
-		}
-		delete(d.inflight, key)
-	}
-	c := d.chans[key]
-	if c == nil {
-		return
-	}
-	if resubscribe {
-		d.m.PubSubReconnects.Inc()
-	}
-	c.ready = true
-	for _, w := range c.waiters {
-		w.notify()
 	}
 }
 
@@ -459,6 +544,7 @@ func (d *dispatcher) dispatch(key, payload string) {
 			d.log.Error().Msg("malformed grant message")
 			return
 		}
+		g.recv = time.Now()
 		d.arm(c, g.window)
 	default:
 		return
