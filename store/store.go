@@ -212,9 +212,13 @@ func New(rdb redis.UniversalClient, opt Options) *Store {
 		poll:     script(lua.Poll),
 		cancel:   script(lua.Cancel),
 		poke:     script(lua.Poke),
+		abandon:  script(lua.Abandon),
+		unpoll:   script(lua.Unpoll),
+		clean:    newCleaner(),
 		shutdown: make(chan struct{}),
 	}
 	s.disp = newDispatcher(rdb, s.pokeLock, opt.Logger, s.m)
+	go s.runCleaner()
 	return s
 }
 
