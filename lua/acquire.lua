@@ -19,6 +19,8 @@
 --   {'queued', position, waiters, pttl, ticket ttl}         mode 'fair', ticket created
 --   {'ticket_granted', fence, count, pttl, at, owner, ttl, now}  mode 'fair' retried after
 --                                                           its ticket was granted
+--   {'abandoned'}                                           the request was abandoned
+--                                                           (abandon.lua) before this ran
 local now = now_ms()
 local lh, ttl, owner, mode = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 
@@ -33,6 +35,9 @@ if mode == 'reenter' then
   return lease_reply('reentered', now)
 end
 
+if redis.call('EXISTS', lock .. ':x:' .. lh) == 1 then
+  return {'abandoned'}
+end
 if not settle(now) then
   grant(lh, ttl, owner, now, next_fence(now, ttl), ttl, '')
   return lease_reply('granted', now)

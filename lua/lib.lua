@@ -11,6 +11,8 @@
 --   P:{N}:t:<ticket hash> ticket hash: lh (lease hash it will be granted under),
 --                         ttl, owner, tt (ticket ttl ms), p (poll deadline, ms);
 --                         its existence is the ticket's liveness
+--   P:{N}:x:<lease hash>  tombstone of an abandoned request (abandon.lua), kept
+--                         briefly so that its acquire, run late, grants nothing
 --   P:{N}:ev              pub/sub channel: 'r' (released, nobody queued) or
 --                         'g:<ticket hash>:<fence>:<at>:<window ms>:<claimed 1|0>:<owner>'
 --                         (granted to that ticket; claimed when its waiter was polling)

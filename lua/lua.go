@@ -29,6 +29,10 @@ var (
 	cancel string
 	//go:embed poke.lua
 	poke string
+	//go:embed abandon.lua
+	abandon string
+	//go:embed unpoll.lua
+	unpoll string
 )
 
 // Script sources, each with lib.lua prepended. Compose makes them runnable.
@@ -41,6 +45,8 @@ var (
 	Poll    = lib + poll
 	Cancel  = lib + cancel
 	Poke    = lib + poke
+	Abandon = lib + abandon
+	Unpoll  = lib + unpoll
 )
 
 // Compose returns a script source ready to load: src with the settings lib.lua

@@ -20,6 +20,7 @@ type Metrics struct {
 	RedisErrors      prometheus.Counter
 	PubSubReconnects prometheus.Counter
 	WaitUnacked      prometheus.Counter
+	Undos            *prometheus.CounterVec // what
 }
 
 // New returns collectors registered on a fresh registry, with the Go runtime and
@@ -38,7 +39,7 @@ func New() *Metrics {
 		}, []string{"route", "method", "status"}),
 		Acquires: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "baton_acquires_total",
-			Help: "Acquire requests by outcome: granted, reentered, queued, held, not_held, too_many_waiters, error.",
+			Help: "Acquire requests by outcome: granted, reentered, queued, held, not_held, too_many_waiters, abandoned (granted or queued for a client that had gone, and undone), error.",
 		}, []string{"outcome"}),
 		Waiters: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "baton_waiters",
@@ -61,9 +62,13 @@ func New() *Metrics {
 			Name: "baton_wait_unacked_total",
 			Help: "Grants (and renewals, releases, forces) that fewer replicas than BATON_WAIT_REPLICAS acknowledged within BATON_WAIT_TIMEOUT. Each still stood.",
 		}),
+		Undos: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "baton_abandoned_undone_total",
+			Help: "Requests whose client went away, or whose Redis call failed without a definite answer, undone in the background, by what was found: released (a hold), cancelled (a ticket), unclaimed (a ticket's grant kept for its next poll), queued, gone, none, dropped (backlog full).",
+		}, []string{"what"}),
 	}
 	m.Registry.MustRegister(m.Requests, m.Duration, m.Acquires, m.Waiters, m.Handoff,
-		m.RedisErrors, m.PubSubReconnects, m.WaitUnacked,
+		m.RedisErrors, m.PubSubReconnects, m.WaitUnacked, m.Undos,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"fmt"
 	"time"
 )
 
@@ -15,6 +14,9 @@ func (s *Store) Acquire(ctx context.Context, r AcquireRequest) (AcquireResult, e
 	if r.Lease != "" {
 		l, err := s.reenter(ctx, r)
 		return AcquireResult{Lease: l, Reentered: l != nil}, err
+	}
+	if ctx.Err() != nil { // nothing is created for a client already gone
+		return AcquireResult{}, clientGone("acquire", ctx)
 	}
 	id := newID()
 	lh := hashID(id)
@@ -31,19 +33,27 @@ func (s *Store) Acquire(ctx context.Context, r AcquireRequest) (AcquireResult, e
 	} else {
 		keys = append(keys, keys[0])
 	}
+	made := undo{name: r.Name, lh: lh, th: th, tlh: tlh}
 	// Retried when the connection breaks: the script knows its own lease and
 	// ticket hashes, so a second run answers the first one's grant or ticket
 	// instead of leaving a lock held by a lease nobody was told of.
 	rep, err := s.runGrant(ctx, s.acquire, "acquire", keys, true,
 		lh, ms(r.TTL), r.Owner, mode, th, tlh, ms(s.opt.TicketTTL), 0)
 	if err != nil {
-		s.count("error")
+		s.failed(made, err)
 		return AcquireResult{}, err
+	}
+	switch rep.code {
+	case "granted", "queued", "ticket_granted":
+		if ctx.Err() != nil {
+			s.dropGrant(made)
+			return AcquireResult{}, clientGone("acquire", ctx)
+		}
 	}
 	switch rep.code {
 	case "granted":
 		s.count("granted")
-		return AcquireResult{Lease: rep.lease(r.Name, id)}, s.abandoned(ctx, r.Name, id)
+		return AcquireResult{Lease: rep.lease(r.Name, id)}, nil
 	case "queued":
 		s.count("queued")
 		return AcquireResult{Ticket: rep.ticket(r.Name, tid)}, nil
@@ -209,17 +219,4 @@ func (s *Store) pokeLock(ctx context.Context, name string) (bool, time.Duration,
 		return true, rep.ms(0), nil
 	}
 	return false, 0, nil
-}
-
-// abandoned releases a lease granted to a request whose client has gone: nobody
-// else can ever learn its id, so keeping it would block the lock for its whole
-// ttl. It returns the request's context error, or nil when the client is there.
-func (s *Store) abandoned(ctx context.Context, name, id string) error {
-	if ctx.Err() == nil {
-		return nil
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	_, _ = s.Release(rctx, name, id)
-	return fmt.Errorf("acquire: client gone: %w: %w", ErrUnavailable, ctx.Err())
 }

@@ -60,10 +60,17 @@ type Store struct {
 	disp    *dispatcher
 	waiters atomic.Int64
 
-	acquire, renew, release, force, state, poll, cancel, poke *redis.Script
+	acquire, renew, release, force, state, poll, cancel, poke, abandon, unpoll *redis.Script
+
+	clean *cleaner
+
+	// gate lets Close wait for the calls in flight: each call holds it shared.
+	gate   sync.RWMutex
+	closed bool // guarded by gate
 
 	shutdown     chan struct{}
 	shutdownOnce sync.Once
+	closeOnce    sync.Once
 	unackedLog   atomic.Int64 // unix ms of the last unacknowledged-WAIT warning
 }
 
@@ -142,8 +149,8 @@ func parseSentinelURL(rawURL string) (*redis.FailoverOptions, error) {
 			return nil, errors.New("empty sentinel address")
 		}
 		host, port, err := net.SplitHostPort(hp)
-		if err != nil {
-			host, port = hp, "26379"
+		if err != nil { // no port: "h", or an IPv6 literal "[::1]"
+			host, port = strings.TrimSuffix(strings.TrimPrefix(hp, "["), "]"), "26379"
 		}
 		if host == "" || port == "" {
 			return nil, fmt.Errorf("sentinel address %q: want host:port", hp)
@@ -254,7 +261,7 @@ func (s *Store) Ready(ctx context.Context) error {
 }
 
 func (s *Store) scripts() []*redis.Script {
-	return []*redis.Script{s.acquire, s.renew, s.release, s.force, s.state, s.poll, s.cancel, s.poke}
+	return []*redis.Script{s.acquire, s.renew, s.release, s.force, s.state, s.poll, s.cancel, s.poke, s.abandon, s.unpoll}
 }
 
 // Shutdown ends every long-poll now with its normal "still waiting" answer, and
@@ -263,11 +270,28 @@ func (s *Store) Shutdown() {
 	s.shutdownOnce.Do(func() { close(s.shutdown) })
 }
 
-// Close shuts down and stops the pub/sub dispatcher. It does not close the client.
+// Close shuts down, waits for the Redis calls in flight to end (each is bounded
+// by the client's timeouts), gives the requests abandoned meanwhile up to
+// closeUndoWait to be undone, and stops the pub/sub dispatcher. Calls after
+// Close answer ErrUnavailable. It does not close the client.
 func (s *Store) Close() error {
 	s.Shutdown()
+	s.closeOnce.Do(func() {
+		s.gate.Lock()
+		s.closed = true
+		s.gate.Unlock()
+		s.stopCleaner(closeUndoWait)
+	})
 	return s.disp.close()
 }
+
+// closeUndoWait bounds how long Close waits for abandoned requests to be undone.
+const closeUndoWait = 5 * time.Second
+
+// WorstCall is the longest one store call can take while Redis does not answer:
+// two attempts, each bounded by the client's 2 s write and read timeouts. A
+// shutdown should allow for it and closeUndoWait.
+const WorstCall = 2 * (2*time.Second + 2*time.Second)
 
 func (s *Store) shuttingDown() bool {
 	select {
@@ -305,6 +329,11 @@ func (s *Store) runGrant(ctx context.Context, sc *redis.Script, op string, keys 
 }
 
 func (s *Store) call(ctx context.Context, sc *redis.Script, op string, keys []string, retry, wait bool, args ...any) (reply, error) {
+	s.gate.RLock()
+	defer s.gate.RUnlock()
+	if s.closed {
+		return reply{}, fmt.Errorf("%s: store closed: %w", op, ErrUnavailable)
+	}
 	for attempt := 0; ; attempt++ {
 		var v []any
 		var err error

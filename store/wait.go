@@ -6,6 +6,11 @@ import (
 	"time"
 )
 
+// clientGone is the error of a request whose client went away: nobody reads it.
+func clientGone(op string, ctx context.Context) error {
+	return fmt.Errorf("%s: client gone: %w: %w", op, ErrUnavailable, ctx.Err())
+}
+
 // waitLock is a non-fair wait: it tries again when a release is announced, when the
 // holder's lease should have run out, and when the pub/sub connection comes back.
 // It returns a *HeldError with the latest holder when the wait ends ungranted.
@@ -34,7 +39,7 @@ func (s *Store) waitLock(ctx context.Context, r AcquireRequest, id string, held 
 			return nil, held
 		case <-ctx.Done():
 			forward = true
-			return nil, fmt.Errorf("acquire: %w: %w", ErrUnavailable, ctx.Err())
+			return nil, clientGone("acquire", ctx)
 		}
 		s.disp.take(w)
 		woke := time.Now()
@@ -43,20 +48,21 @@ func (s *Store) waitLock(ctx context.Context, r AcquireRequest, id string, held 
 		rep, err := s.runGrant(ctx, s.acquire, "acquire", keys, true,
 			lh, ms(r.TTL), r.Owner, "new", "", "", 0, 0)
 		if err != nil {
-			s.count("error")
+			s.failed(undo{name: r.Name, lh: lh}, err)
 			return nil, err
 		}
 		forward = false
 		switch rep.code {
 		case "granted":
-			s.count("granted")
-			s.m.Handoff.Observe(time.Since(woke).Seconds())
 			l := rep.lease(r.Name, id)
 			s.disp.observe(w, l.TTL) // the waiters left behind wait for this lease
-			if err := s.abandoned(ctx, r.Name, id); err != nil {
+			if ctx.Err() != nil {
 				forward = true
-				return nil, err
+				s.dropGrant(undo{name: r.Name, lh: lh})
+				return nil, clientGone("acquire", ctx)
 			}
+			s.count("granted")
+			s.m.Handoff.Observe(time.Since(woke).Seconds())
 			return l, nil
 		case "busy":
 			held = rep.held()
@@ -65,6 +71,24 @@ func (s *Store) waitLock(ctx context.Context, r AcquireRequest, id string, held 
 			return nil, unexpected("acquire", rep)
 		}
 	}
+}
+
+// failed counts an acquire whose call failed and, when the script may still have
+// run (or run later), has what it may have been granted undone.
+func (s *Store) failed(u undo, err error) {
+	s.count("error")
+	if uncertain(err) {
+		u.tomb = true
+		s.undo(u)
+	}
+}
+
+// dropGrant undoes a grant (or a ticket) made for a client that has gone: nobody
+// else can ever learn its id, so keeping it would block the lock for its whole
+// ttl.
+func (s *Store) dropGrant(u undo) {
+	s.count("abandoned")
+	s.undo(u)
 }
 
 // waitFair is a fair acquire with a wait: the first check (after the subscription)
@@ -76,16 +100,19 @@ func (s *Store) waitFair(ctx context.Context, r AcquireRequest, id string) (Acqu
 	}
 	defer s.releaseWaiter()
 	tid := newID()
-	th := hashID(tid)
-	keys := append(s.keys(r.Name), s.ticketKey(r.Name, th))
-	until := time.Now().Add(r.Wait)
-	enqueue := func(ctx context.Context, poll time.Duration) (reply, error) {
+	t := ticketWait{name: r.Name, ticket: tid, th: hashID(tid), tlh: hashID(ticketLease(tid)), own: hashID(id)}
+	keys := append(s.keys(r.Name), s.ticketKey(r.Name, t.th))
+	t.enqueue = func(ctx context.Context, poll time.Duration) (reply, error) {
 		// Retried when the connection breaks: idempotent, see Acquire.
 		return s.runGrant(ctx, s.acquire, "acquire", keys, true,
-			hashID(id), ms(r.TTL), r.Owner, "fair", th, hashID(ticketLease(tid)), ms(s.opt.TicketTTL), ms(poll))
+			t.own, ms(r.TTL), r.Owner, "fair", t.th, t.tlh, ms(s.opt.TicketTTL), ms(poll))
 	}
-	res, err := s.awaitTicket(ctx, r.Name, tid, until, enqueue)
-	if err != nil {
+	res, err := s.awaitTicket(ctx, t, time.Now().Add(r.Wait))
+	switch {
+	case err != nil && ctx.Err() != nil:
+		s.count("abandoned")
+		return AcquireResult{}, err
+	case err != nil:
 		s.count("error")
 		return AcquireResult{}, err
 	}
@@ -102,30 +129,68 @@ func (s *Store) waitFair(ctx context.Context, r AcquireRequest, id string) (Acqu
 
 // Poll is a fair waiter's long-poll: it keeps the ticket alive (a poll in flight
 // counts as alive) and returns the lease as soon as the lock is handed to the
-// ticket, or the ticket with its position when wait ends first. Errors:
+// ticket, or the ticket with its position when wait ends first. A poll whose
+// client goes away leaves the ticket queued, and a grant it was about to answer
+// kept for the ticket's next poll for at most the ticket ttl. Errors:
 // ErrTicketGone, ErrTooManyWaiters, ErrUnavailable.
 func (s *Store) Poll(ctx context.Context, name, ticket string, wait time.Duration) (PollResult, error) {
 	if !plausibleID(ticket) {
 		return PollResult{}, ErrTicketGone
 	}
+	if ctx.Err() != nil {
+		return PollResult{}, clientGone("poll", ctx)
+	}
+	t := ticketWait{name: name, ticket: ticket, th: hashID(ticket), tlh: hashID(ticketLease(ticket))}
 	if wait <= 0 || s.shuttingDown() {
-		return s.pollOnce(ctx, name, ticket, 0)
+		res, err := s.pollOnce(ctx, t, 0)
+		switch {
+		case err != nil:
+			if uncertain(err) {
+				s.undoTicket(t)
+			}
+		case res.Lease != nil && ctx.Err() != nil:
+			s.undoTicket(t)
+			return PollResult{}, clientGone("poll", ctx)
+		}
+		return res, err
 	}
 	if err := s.reserveWaiter(); err != nil {
 		return PollResult{}, err
 	}
 	defer s.releaseWaiter()
-	return s.awaitTicket(ctx, name, ticket, time.Now().Add(wait), nil)
+	return s.awaitTicket(ctx, t, time.Now().Add(wait))
 }
 
-func (s *Store) pollOnce(ctx context.Context, name, ticket string, poll time.Duration) (PollResult, error) {
-	th := hashID(ticket)
-	keys := append(s.keys(name), s.ticketKey(name, th))
-	rep, err := s.runGrant(ctx, s.poll, "poll", keys, true, th, hashID(ticketLease(ticket)), ms(poll))
+// ticketWait is a wait for a ticket's grant: a poll of a ticket the client holds,
+// or a fair acquire with a wait (own and enqueue set) whose ticket the client has
+// not seen yet.
+type ticketWait struct {
+	name, ticket string
+	th, tlh      string // the ticket's hash and its lease's hash
+	own          string // a fair acquire's own lease hash; "" for a poll
+	// enqueue, for a fair acquire, makes the first check: it creates the ticket,
+	// or grants at once under the request's own lease.
+	enqueue func(context.Context, time.Duration) (reply, error)
+}
+
+// undoTicket undoes what a ticket wait may have left when its answer does not
+// reach the client: a fair acquire's ticket and grant are dropped (the client
+// never saw the ticket); a poll's grant is kept for the ticket's next poll.
+func (s *Store) undoTicket(t ticketWait) {
+	if t.own != "" {
+		s.undo(undo{name: t.name, lh: t.own, th: t.th, tlh: t.tlh, tomb: true})
+		return
+	}
+	s.undo(undo{name: t.name, th: t.th, tlh: t.tlh, poll: true})
+}
+
+func (s *Store) pollOnce(ctx context.Context, t ticketWait, poll time.Duration) (PollResult, error) {
+	keys := append(s.keys(t.name), s.ticketKey(t.name, t.th))
+	rep, err := s.runGrant(ctx, s.poll, "poll", keys, true, t.th, t.tlh, ms(poll))
 	if err != nil {
 		return PollResult{}, err
 	}
-	return ticketResult(name, ticket, rep)
+	return ticketResult(t.name, t.ticket, rep)
 }
 
 func ticketResult(name, ticket string, rep reply) (PollResult, error) {
@@ -137,25 +202,32 @@ func ticketResult(name, ticket string, rep reply) (PollResult, error) {
 		return PollResult{Ticket: rep.ticket(name, ticket), holderTTL: rep.queuedHolderTTL()}, nil
 	case "gone":
 		return PollResult{}, ErrTicketGone
+	case "abandoned":
+		return PollResult{}, fmt.Errorf("acquire: abandoned before it ran: %w", ErrUnavailable)
 	default:
 		return PollResult{}, unexpected("poll", rep)
 	}
 }
 
-// awaitTicket waits for a ticket's grant until the deadline. With enqueue set, its
-// first check creates the ticket (a "granted" reply then carries the request's own
-// lease, returned with an empty ID for the caller to fill in). The ticket is kept
-// alive while the wait lasts and for the ticket ttl after it.
-func (s *Store) awaitTicket(ctx context.Context, name, ticket string, until time.Time, enqueue func(context.Context, time.Duration) (reply, error)) (PollResult, error) {
-	th := hashID(ticket)
-	w := s.disp.add(name, s.channel(name), kindTicket, th)
+// awaitTicket waits for a ticket's grant until the deadline. With t.enqueue set,
+// its first check creates the ticket (a "granted" reply then carries the request's
+// own lease, returned with an empty ID for the caller to fill in). The ticket is
+// kept alive while the wait lasts and for the ticket ttl after it. Whenever its
+// answer cannot reach the client (gone, or a call without a definite answer),
+// what the wait may have left is undone (undoTicket).
+func (s *Store) awaitTicket(ctx context.Context, t ticketWait, until time.Time) (PollResult, error) {
+	if ctx.Err() != nil { // nothing is created for a client already gone
+		return PollResult{}, clientGone("poll", ctx)
+	}
+	w := s.disp.add(t.name, s.channel(t.name), kindTicket, t.th)
 	defer s.disp.remove(w, false)
 	deadline := time.NewTimer(time.Until(until))
 	defer deadline.Stop()
 
+	enqueue := t.enqueue
 	check := func(ctx context.Context, poll time.Duration) (PollResult, error) {
 		if enqueue == nil {
-			return s.pollOnce(ctx, name, ticket, poll)
+			return s.pollOnce(ctx, t, poll)
 		}
 		rep, err := enqueue(ctx, poll)
 		if err != nil {
@@ -163,16 +235,30 @@ func (s *Store) awaitTicket(ctx context.Context, name, ticket string, until time
 		}
 		enqueue = nil
 		if rep.code == "granted" {
-			return PollResult{Lease: rep.lease(name, "")}, nil
+			return PollResult{Lease: rep.lease(t.name, "")}, nil
 		}
-		return ticketResult(name, ticket, rep)
+		return ticketResult(t.name, t.ticket, rep)
+	}
+	// settle ends a check: its result stands only while the client is there.
+	settle := func(res PollResult, err error) (PollResult, error) {
+		switch {
+		case err != nil:
+			if uncertain(err) {
+				s.undoTicket(t)
+			}
+			return res, err
+		case ctx.Err() != nil:
+			s.undoTicket(t)
+			return PollResult{}, clientGone("poll", ctx)
+		}
+		return res, nil
 	}
 	// end is the last check of a wait that ends ungranted: it tells Redis no poll is
 	// in flight any more, so the ticket lives the ticket ttl from now.
 	end := func() (PollResult, error) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
-		return check(ctx, 0)
+		return settle(check(ctx, 0))
 	}
 
 	for {
@@ -183,23 +269,26 @@ func (s *Store) awaitTicket(ctx context.Context, name, ticket string, until time
 		case <-s.shutdown:
 			return end()
 		case <-ctx.Done():
-			_, _ = end()
-			return PollResult{}, fmt.Errorf("poll: %w: %w", ErrUnavailable, ctx.Err())
+			if enqueue == nil || t.own == "" {
+				s.undoTicket(t) // a fair acquire gone before its first check created nothing
+			}
+			return PollResult{}, clientGone("poll", ctx)
 		}
 		_, g := s.disp.take(w)
 		if g != nil && g.claimed && enqueue == nil && s.opt.WaitReplicas == 0 {
 			// Handed over by the script that freed the lock, at its full ttl: answer
 			// straight from the message. Not with WaitReplicas: the message can
 			// arrive before that script's WAIT returns, so the poll below answers,
-			// after a WAIT of its own.
+			// after a WAIT of its own. The ttl is the grant's, less the time since
+			// the message came (the Redis clock is the authority, not ours).
 			s.m.Handoff.Observe(max(time.Since(g.at), 0).Seconds())
-			return PollResult{Lease: &Lease{
-				Name: name, ID: ticketLease(ticket), Fence: g.fence, Count: 1,
-				TTL: max(time.Until(g.at.Add(g.window)), 0), ExpiresAt: g.at.Add(g.window),
+			return settle(PollResult{Lease: &Lease{
+				Name: t.name, ID: ticketLease(t.ticket), Fence: g.fence, Count: 1,
+				TTL: max(g.window-time.Since(g.recv), 0), ExpiresAt: g.at.Add(g.window),
 				Owner: g.owner, AcquiredAt: g.at,
-			}}, nil
+			}}, nil)
 		}
-		res, err := check(ctx, time.Until(until))
+		res, err := settle(check(ctx, time.Until(until)))
 		if err != nil || res.Lease != nil {
 			if g != nil && res.Lease != nil {
 				s.m.Handoff.Observe(max(time.Since(g.at), 0).Seconds())

@@ -148,6 +148,21 @@ func (s *Server) Kill() {
 	}
 }
 
+// Freeze stops the server with SIGSTOP: it keeps its connections open and reads
+// nothing, as a Redis stalled by a long fork, swap or pause would. Thaw resumes it.
+func (s *Server) Freeze() { s.signal(syscall.SIGSTOP) }
+
+// Thaw resumes a frozen server (SIGCONT).
+func (s *Server) Thaw() { s.signal(syscall.SIGCONT) }
+
+func (s *Server) signal(sig syscall.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Signal(sig)
+	}
+}
+
 // Restart starts the server again on the same port, empty (no persistence).
 func (s *Server) Restart() error {
 	s.Kill()

@@ -1,0 +1,177 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// An abandoned request is one whose client went away, or whose call to Redis
+// failed without a definite answer (a timeout, a broken connection: the script
+// may have run, or may still run once Redis reads it). Whatever it may have been
+// granted would be a hold nobody knows, blocking the lock for its whole ttl; so
+// the cleaner undoes it in the background, retrying until Redis answers:
+// abandon.lua frees the hold (handing the lock on) and cancels the ticket, and
+// leaves a tombstone that makes the request's own script grant nothing should
+// it run later; unpoll.lua turns a ticket poll's grant back into one kept for
+// the ticket's owner, who knows the ticket and may poll again.
+
+// tombstoneTTL is how long an abandoned request's tombstone lasts: longer than a
+// command already sent can take to reach Redis and run once Redis reads its
+// connection again. A SIGSTOPped Redis reads the abandon and the late script
+// within milliseconds of each other when it resumes.
+const tombstoneTTL = 30 * time.Second
+
+// maxUndos bounds the cleaner's backlog. Only requests in flight when Redis
+// stops answering end up there, a few per connection of the pool and timeout.
+const maxUndos = 10000
+
+type undo struct {
+	name    string
+	lh      string // the request's own lease hash; "" for a ticket poll
+	th, tlh string // its ticket and the ticket's lease hash, if any
+	poll    bool   // a ticket poll: unpoll rather than abandon
+	tomb    bool   // the request's script may still run: leave a tombstone
+	since   time.Time
+}
+
+type cleaner struct {
+	mu      sync.Mutex
+	pending []undo
+	wake    chan struct{}
+	done    chan struct{}
+	stopped chan struct{}
+	final   context.Context // bounds the last pass; set before done is closed
+}
+
+func newCleaner() *cleaner {
+	return &cleaner{wake: make(chan struct{}, 1), done: make(chan struct{}), stopped: make(chan struct{})}
+}
+
+// undo queues u for the cleaner.
+func (s *Store) undo(u undo) {
+	u.since = time.Now()
+	c := s.clean
+	c.mu.Lock()
+	if len(c.pending) >= maxUndos {
+		c.pending = c.pending[1:]
+		s.m.Undos.WithLabelValues("dropped").Inc()
+		s.opt.Logger.Error().Int("backlog", maxUndos).Msg("abandoned-request backlog full: dropped the oldest; a hold it may have left lasts until its ttl")
+	}
+	c.pending = append(c.pending, u)
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// runCleaner undoes queued requests until stop; each is retried, with a pause
+// growing to a second while Redis does not answer, until it gets an answer.
+// Once stopped, it makes one last pass, bounded by stopCleaner's wait.
+func (s *Store) runCleaner() {
+	c := s.clean
+	defer close(c.stopped)
+	var retry <-chan time.Time
+	pause := time.Duration(0)
+	for {
+		select {
+		case <-c.wake:
+		case <-retry:
+		case <-c.done:
+			s.cleanOnce(c.final)
+			return
+		}
+		if s.cleanOnce(context.Background()) > 0 {
+			pause = min(max(2*pause, 50*time.Millisecond), time.Second)
+			retry = time.After(pause)
+		} else {
+			pause, retry = 0, nil
+		}
+	}
+}
+
+// cleanOnce tries every queued undo once and returns how many are left.
+func (s *Store) cleanOnce(ctx context.Context) int {
+	c := s.clean
+	c.mu.Lock()
+	batch := c.pending
+	c.pending = nil
+	c.mu.Unlock()
+	var failed []undo
+	for _, u := range batch {
+		if ctx.Err() != nil || s.runUndo(ctx, u) != nil {
+			failed = append(failed, u)
+		}
+	}
+	c.mu.Lock()
+	c.pending = append(failed, c.pending...)
+	n := len(c.pending)
+	c.mu.Unlock()
+	return n
+}
+
+func (s *Store) runUndo(ctx context.Context, u undo) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	keys := s.keys(u.name)
+	if u.th != "" {
+		keys = append(keys, s.ticketKey(u.name, u.th))
+	} else {
+		keys = append(keys, keys[0])
+	}
+	var v []any
+	var err error
+	if u.poll {
+		v, err = s.unpoll.Run(ctx, s.rdb, keys, u.th, u.tlh, ms(s.opt.TicketTTL)).Slice()
+	} else {
+		tomb := int64(0)
+		if u.tomb {
+			tomb = ms(tombstoneTTL)
+		}
+		v, err = s.abandon.Run(ctx, s.rdb, keys, u.lh, u.th, u.tlh, tomb).Slice()
+	}
+	if err != nil {
+		s.m.RedisErrors.Inc()
+		return err
+	}
+	rep, err := decodeReply(v)
+	if err != nil {
+		return err
+	}
+	what := rep.code
+	if len(rep.v) > 0 {
+		what = rep.str(0)
+	}
+	s.m.Undos.WithLabelValues(what).Inc()
+	return nil
+}
+
+// stopCleaner lets the cleaner finish its backlog for at most wait, then stops it.
+func (s *Store) stopCleaner(wait time.Duration) {
+	c := s.clean
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	c.final = ctx
+	close(c.done)
+	<-c.stopped
+	c.mu.Lock()
+	n := len(c.pending)
+	c.mu.Unlock()
+	if n > 0 {
+		s.opt.Logger.Error().Int("left", n).Msg("shutting down with abandoned requests not undone: Redis did not answer; their holds last until their ttl")
+	}
+}
+
+// uncertain reports whether a failed call may still have run in Redis: anything
+// but an error reply from the script itself.
+func uncertain(err error) bool {
+	if err == nil {
+		return false
+	}
+	var rerr redis.Error
+	return !errors.As(err, &rerr)
+}
