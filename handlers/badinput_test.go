@@ -249,6 +249,11 @@ func TestBadLockName(t *testing.T) {
 		{"encoded unicode", "caf%C3%A9"},
 		{"unicode", "日本"},
 		{"201 characters", strings.Repeat("n", 201)},
+		{"dot", "."},
+		{"dot-dot", ".."},
+		{"encoded dot", "%2E"},
+		{"encoded dot-dot", "%2E%2E"},
+		{"half-encoded dot-dot", ".%2e"},
 	}
 	routes := []struct {
 		label, method, suffix string
@@ -275,6 +280,41 @@ func TestBadLockName(t *testing.T) {
 		}
 	}
 	runBad(t, f.e, cases)
+}
+
+// TestDotSegmentName: "." and ".." are dot-segments (RFC 3986, 5.2.4): curl,
+// browsers and most HTTP libraries remove them from a path before sending it, so
+// a lock of that name would have lease URLs its holder cannot reach. They are
+// invalid names. Each request goes on a connection of its own, its request line
+// written byte by byte, so nothing between the test and the server can normalise
+// the path.
+func TestDotSegmentName(t *testing.T) {
+	f := newBadFixture(t)
+	var targets []struct{ method, target string }
+	for _, name := range []string{".", ".."} {
+		for _, r := range []struct{ method, suffix string }{
+			{"POST", ""},
+			{"GET", ""},
+			{"DELETE", "?force=true"},
+			{"GET", "/leases/" + f.lease},
+			{"PATCH", "/leases/" + f.lease},
+			{"DELETE", "/leases/" + f.lease},
+			{"GET", "/tickets/" + f.ticket},
+			{"DELETE", "/tickets/" + f.ticket},
+		} {
+			targets = append(targets, struct{ method, target string }{r.method, "/v1/locks/" + name + r.suffix})
+		}
+	}
+	for _, tt := range targets {
+		t.Run(tt.method+" "+tt.target, func(t *testing.T) {
+			e := envIn(t, f.e)
+			before := e.snapshot()
+			checkProblem(t, e.rawDo(tt.method, tt.target), problemWant{status: http.StatusBadRequest, kind: "invalid-name"})
+			if after := e.snapshot(); !maps.Equal(after, before) {
+				t.Errorf("Redis after %s %s:\n%v\nwant it unchanged:\n%v", tt.method, tt.target, after, before)
+			}
+		})
+	}
 }
 
 // TestEmptyLockName: below /v1/locks/ an empty name still routes, and is an
@@ -419,6 +459,9 @@ func TestBadInputBounds(t *testing.T) {
 	}{
 		{"name of 200 characters", req{Method: "POST", Path: "/v1/locks/" + strings.Repeat("n", 200)}, http.StatusCreated},
 		{"every allowed character", req{Method: "POST", Path: "/v1/locks/AZaz09._:-"}, http.StatusCreated},
+		{"three dots", req{Method: "POST", Path: "/v1/locks/..."}, http.StatusCreated},
+		{"leading dot", req{Method: "POST", Path: "/v1/locks/.a"}, http.StatusCreated},
+		{"trailing dots", req{Method: "POST", Path: "/v1/locks/a.."}, http.StatusCreated},
 		{"owner of 128 characters", req{Method: "POST", Path: "/v1/locks/o128", Body: map[string]any{"owner": strings.Repeat("o", 128)}}, http.StatusCreated},
 		{"owner of 128 runes", req{Method: "POST", Path: "/v1/locks/r128", Body: map[string]any{"owner": strings.Repeat("é", 128)}}, http.StatusCreated},
 		{"ttl_ms at min", req{Method: "POST", Path: "/v1/locks/tmin", Body: map[string]any{"ttl_ms": 100}}, http.StatusCreated},

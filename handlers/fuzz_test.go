@@ -40,6 +40,9 @@ var apiLimits = handlers.Limits{DefaultTTL: 30 * time.Second, MinTTL: 100 * time
 
 var lockNameRE = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,200}$`)
 
+// validName reports whether n is a lock name: the pattern, less the dot-segments.
+func validName(n string) bool { return lockNameRE.MatchString(n) && n != "." && n != ".." }
+
 // fuzzEnv is newEnv for a fuzz target, which has an f but no *testing.T: its t
 // is nil, and each input uses envIn(t, e). It logs only warnings and errors, so
 // a long run does not pile up access log lines and every log line is a finding.
