@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/rs/zerolog"
 
@@ -270,6 +272,12 @@ func FuzzAcquireBody(f *testing.F) {
 		{``, `wait="5"`, false},
 		{`{"owner":"\u00e9\ud83d\ude00"}`, "", false},
 		{`{"owner":"\xff\xfe"}`, "", false},
+		{"{\"owner\":\"\xff\xfe\"}", "", false},
+		{"{\"owner\":\"\x1b[31mRED\"}", "", false}, // a raw ESC: no JSON at all
+		{`{"owner":"\u001b[31mRED\u001b[0m"}`, "", true},
+		{"{\"owner\":\"\xc2\x9b31m\"}", "", false},
+		{`{"owner":"\ud83d"}`, "", false},
+		{`{"owner":"\ud83d\ude00 \u00a0 ok"}`, "", false},
 		{`{"TTL_MS":1000}`, "", false},
 		{`{"ttl_ms":1000,"ttl_ms":99}`, "", false},
 		{`{"ttl_ms":1e3}`, "", false},
@@ -328,6 +336,11 @@ func checkGrant(t *testing.T, what string, body []byte, got *resp) {
 	if len(bytes.TrimSpace(body)) > 0 && json.Unmarshal(body, &sent) != nil {
 		t.Errorf("%s: 201 for a body encoding/json rejects", what)
 		return
+	}
+	for _, r := range sent.Owner {
+		if unicode.IsControl(r) || r == utf8.RuneError { // what an invalid byte or a lone surrogate decodes to
+			t.Errorf("%s: 201 for an owner with %U, which is no label", what, r)
+		}
 	}
 	ttl := apiLimits.DefaultTTL.Milliseconds()
 	if sent.TTLms != nil {
