@@ -79,7 +79,11 @@ func runBad(t *testing.T, e *env, cases []badCase) {
 			e := envIn(t, e)
 			before := e.snapshot()
 			got := e.do(tt.give)
-			checkProblem(t, got, tt.want)
+			if tt.give.Method == http.MethodHead {
+				checkHeadProblem(t, got, tt.want)
+			} else {
+				checkProblem(t, got, tt.want)
+			}
 			if after := e.snapshot(); !maps.Equal(after, before) {
 				t.Errorf("Redis after %s %s:\n%v\nwant it unchanged:\n%v", tt.give.Method, tt.give.Path, after, before)
 			}
@@ -127,6 +131,19 @@ func checkProblem(t *testing.T, got *resp, want problemWant) {
 		if !slices.Equal(allow, w) {
 			t.Errorf("Allow %v, want %v", allow, w)
 		}
+	}
+}
+
+// checkHeadProblem checks the answer to a rejected HEAD: the GET's status and
+// problem+json Content-Type, and no body, so no kind to check.
+func checkHeadProblem(t *testing.T, got *resp, want problemWant) {
+	t.Helper()
+	wantStatus(t, got, want.status, "")
+	if ct := got.Header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Errorf("Content-Type %q, want application/problem+json", ct)
+	}
+	if len(got.Raw) > 0 {
+		t.Errorf("HEAD answered with a body: %q", got.Raw)
 	}
 }
 
@@ -276,11 +293,14 @@ func TestBadLockName(t *testing.T) {
 	}{
 		{"acquire", "POST", "", map[string]any{"ttl_ms": 1000}},
 		{"state", "GET", "", nil},
+		{"state HEAD", "HEAD", "", nil},
 		{"force", "DELETE", "?force=true", nil},
 		{"get lease", "GET", "/leases/" + f.lease, nil},
+		{"get lease HEAD", "HEAD", "/leases/" + f.lease, nil},
 		{"renew", "PATCH", "/leases/" + f.lease, map[string]any{"ttl_ms": 1000}},
 		{"release", "DELETE", "/leases/" + f.lease, nil},
 		{"poll", "GET", "/tickets/" + f.ticket, nil},
+		{"poll HEAD", "HEAD", "/tickets/" + f.ticket, nil},
 		{"cancel", "DELETE", "/tickets/" + f.ticket, nil},
 	}
 	want := problemWant{status: http.StatusBadRequest, kind: "invalid-name"}
@@ -363,6 +383,7 @@ func TestBadLease(t *testing.T) {
 		url := "/v1/locks/" + l.path + "/leases/" + l.id
 		cases = append(cases,
 			badCase{name: "GET/" + l.label, give: req{Method: "GET", Path: url}, want: notHeld},
+			badCase{name: "HEAD/" + l.label, give: req{Method: "HEAD", Path: url}, want: notHeld},
 			badCase{name: "PATCH/" + l.label, give: req{Method: "PATCH", Path: url, Body: map[string]any{"ttl_ms": 5000}}, want: notHeld},
 			badCase{name: "PATCH empty body/" + l.label, give: req{Method: "PATCH", Path: url}, want: notHeld},
 			badCase{name: "DELETE/" + l.label, give: req{Method: "DELETE", Path: url}, want: notHeld},
@@ -400,6 +421,10 @@ func TestBadQuery(t *testing.T) {
 		{name: "state/malformed query", give: req{Method: "GET", Path: "/v1/locks/held?wait_ms=%zz"}, want: invalidReq("")},
 		{name: "state/Prefer wait above max", give: req{Method: "GET", Path: "/v1/locks/held", Header: prefer("wait=61")}, want: preferMax},
 		{name: "state/Prefer wait not a number", give: req{Method: "GET", Path: "/v1/locks/held", Header: prefer("wait=abc")}, want: invalidReq("Prefer")},
+		{name: "state HEAD/wait_ms above max", give: req{Method: "HEAD", Path: "/v1/locks/held?wait_ms=60001"}, want: waitMax},
+		{name: "state HEAD/unknown parameter", give: req{Method: "HEAD", Path: "/v1/locks/held?wait=5"}, want: invalidReq("wait")},
+		{name: "get lease HEAD/unknown parameter", give: req{Method: "HEAD", Path: lease + "?wait=5"}, want: invalidReq("wait")},
+		{name: "poll HEAD/wait_ms not a number", give: req{Method: "HEAD", Path: ticket + "?wait_ms=abc"}, want: invalidReq("wait_ms")},
 		{name: "get lease/unknown parameter", give: req{Method: "GET", Path: lease + "?wait=5"}, want: invalidReq("wait")},
 		{name: "release/unknown parameter", give: req{Method: "DELETE", Path: lease + "?force=true"}, want: invalidReq("force")},
 		{name: "poll/wait_ms not a number", give: req{Method: "GET", Path: ticket + "?wait_ms=abc"}, want: invalidReq("wait_ms")},
@@ -431,14 +456,14 @@ func TestBadRoute(t *testing.T) {
 		{name: "404/leases collection", give: req{Method: "GET", Path: "/v1/locks/held/leases"}, want: notFound},
 		{name: "404/unknown sub-resource", give: req{Method: "GET", Path: "/v1/locks/held/owner"}, want: notFound},
 		{name: "404/below a lease", give: req{Method: "GET", Path: lease + "/x"}, want: notFound},
-		{name: "405/PUT lock", give: req{Method: "PUT", Path: "/v1/locks/held", Body: map[string]any{}}, want: notAllowed("GET", "POST", "DELETE")},
-		{name: "405/PATCH lock", give: req{Method: "PATCH", Path: "/v1/locks/held", Body: map[string]any{}}, want: notAllowed("GET", "POST", "DELETE")},
-		{name: "405/PUT lease", give: req{Method: "PUT", Path: lease}, want: notAllowed("GET", "PATCH", "DELETE")},
-		{name: "405/POST lease", give: req{Method: "POST", Path: lease, Body: map[string]any{}}, want: notAllowed("GET", "PATCH", "DELETE")},
-		{name: "405/POST ticket", give: req{Method: "POST", Path: ticket}, want: notAllowed("GET", "DELETE")},
-		{name: "405/PATCH ticket", give: req{Method: "PATCH", Path: ticket}, want: notAllowed("GET", "DELETE")},
-		{name: "405/POST livez", give: req{Method: "POST", Path: "/livez"}, want: notAllowed("GET")},
-		{name: "405/DELETE metrics", give: req{Method: "DELETE", Path: "/metrics"}, want: notAllowed("GET")},
+		{name: "405/PUT lock", give: req{Method: "PUT", Path: "/v1/locks/held", Body: map[string]any{}}, want: notAllowed("GET", "HEAD", "POST", "DELETE")},
+		{name: "405/PATCH lock", give: req{Method: "PATCH", Path: "/v1/locks/held", Body: map[string]any{}}, want: notAllowed("GET", "HEAD", "POST", "DELETE")},
+		{name: "405/PUT lease", give: req{Method: "PUT", Path: lease}, want: notAllowed("GET", "HEAD", "PATCH", "DELETE")},
+		{name: "405/POST lease", give: req{Method: "POST", Path: lease, Body: map[string]any{}}, want: notAllowed("GET", "HEAD", "PATCH", "DELETE")},
+		{name: "405/POST ticket", give: req{Method: "POST", Path: ticket}, want: notAllowed("GET", "HEAD", "DELETE")},
+		{name: "405/PATCH ticket", give: req{Method: "PATCH", Path: ticket}, want: notAllowed("GET", "HEAD", "DELETE")},
+		{name: "405/POST livez", give: req{Method: "POST", Path: "/livez"}, want: notAllowed("GET", "HEAD")},
+		{name: "405/DELETE metrics", give: req{Method: "DELETE", Path: "/metrics"}, want: notAllowed("GET", "HEAD")},
 	})
 }
 
@@ -458,6 +483,7 @@ func TestTicketGone(t *testing.T) {
 		cases = append(cases,
 			badCase{name: "GET/" + tk.label, give: req{Method: "GET", Path: url}, want: gone},
 			badCase{name: "GET with wait/" + tk.label, give: req{Method: "GET", Path: url + "?wait_ms=5000"}, want: gone},
+			badCase{name: "HEAD with wait/" + tk.label, give: req{Method: "HEAD", Path: url + "?wait_ms=5000"}, want: gone},
 			badCase{name: "DELETE/" + tk.label, give: req{Method: "DELETE", Path: url}, want: gone},
 		)
 	}

@@ -57,19 +57,28 @@ func NewServer(d Deps) http.Handler {
 	r.MethodNotAllowed(s.methodNotAllowed(r))
 
 	r.Method(http.MethodPost, "/v1/locks/{name}", s.acquire())
-	r.Method(http.MethodGet, "/v1/locks/{name}", s.state())
+	get(r, "/v1/locks/{name}", s.state())
 	r.Method(http.MethodDelete, "/v1/locks/{name}", s.force())
-	r.Method(http.MethodGet, "/v1/locks/{name}/leases/{lease}", s.getLease())
+	get(r, "/v1/locks/{name}/leases/{lease}", s.getLease())
 	r.Method(http.MethodPatch, "/v1/locks/{name}/leases/{lease}", s.renew())
 	r.Method(http.MethodDelete, "/v1/locks/{name}/leases/{lease}", s.release())
-	r.Method(http.MethodGet, "/v1/locks/{name}/tickets/{ticket}", s.poll())
+	get(r, "/v1/locks/{name}/tickets/{ticket}", s.poll())
 	r.Method(http.MethodDelete, "/v1/locks/{name}/tickets/{ticket}", s.cancel())
 
-	r.Method(http.MethodGet, "/livez", s.livez())
-	r.Method(http.MethodGet, "/readyz", s.readyz())
-	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{}))
-	r.Method(http.MethodGet, "/openapi.yaml", s.openapi())
+	get(r, "/livez", s.livez())
+	get(r, "/readyz", s.readyz())
+	get(r, "/metrics", promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{}))
+	get(r, "/openapi.yaml", s.openapi())
 	return r
+}
+
+// get serves GET and HEAD with the same handler: RFC 9110 expects HEAD wherever
+// GET is, with the same status and headers, and net/http drops the body of an
+// answer to HEAD. A HEAD runs exactly as its GET does: a long-poll waits, and a
+// ticket poll claims a grant (the next GET poll returns the lease).
+func get(r chi.Router, pattern string, h http.Handler) {
+	r.Method(http.MethodGet, pattern, h)
+	r.Method(http.MethodHead, pattern, h)
 }
 
 // fail hands an error to the one problem writer.
@@ -85,7 +94,7 @@ func (s *server) methodNotAllowed(mux *chi.Mux) http.HandlerFunc {
 			path = r.URL.Path
 		}
 		var allow []string
-		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPatch, http.MethodDelete} {
+		for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPatch, http.MethodDelete} {
 			if mux.Match(chi.NewRouteContext(), m, path) {
 				allow = append(allow, m)
 			}
