@@ -144,6 +144,7 @@ type resp struct {
 	Header http.Header
 	Raw    []byte
 	Body   map[string]any
+	Close  bool // the server closes the connection after it (Connection: close, which Go moves out of Header)
 }
 
 // Str, Int and Bool read top-level body fields.
@@ -214,7 +215,7 @@ func (e *env) try(r req) (*resp, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := &resp{Status: hres.StatusCode, Header: hres.Header, Raw: raw}
+	out := &resp{Status: hres.StatusCode, Header: hres.Header, Raw: raw, Close: hres.Close}
 	if len(raw) > 0 && strings.Contains(hres.Header.Get("Content-Type"), "json") {
 		dec := json.NewDecoder(bytes.NewReader(raw))
 		dec.UseNumber()

@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -64,7 +66,7 @@ func (c *rawConn) read(method string) (*resp, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := &resp{Status: res.StatusCode, Header: res.Header, Raw: raw}
+	out := &resp{Status: res.StatusCode, Header: res.Header, Raw: raw, Close: res.Close}
 	if len(raw) > 0 && strings.Contains(res.Header.Get("Content-Type"), "json") {
 		dec := json.NewDecoder(bytes.NewReader(raw))
 		dec.UseNumber()
@@ -73,6 +75,17 @@ func (c *rawConn) read(method string) (*resp, error) {
 		}
 	}
 	return out, nil
+}
+
+// closed fails unless the server has closed the connection and sent nothing
+// more: a clean end, or a reset (a server that closes with bytes of the client's
+// still unread resets the connection).
+func (c *rawConn) closed() {
+	c.t.Helper()
+	rest, err := io.ReadAll(c.br)
+	if len(rest) > 0 || err != nil && !errors.Is(err, syscall.ECONNRESET) {
+		c.t.Errorf("after the answer: %q, %v; want the connection closed", rest, err)
+	}
 }
 
 // rawDo sends method and target exactly as given on a connection of its own,

@@ -52,7 +52,7 @@ type server struct {
 func NewServer(d Deps) http.Handler {
 	s := &server{store: d.Store, limits: d.Limits, log: d.Logger, m: d.Metrics, spec: d.Spec}
 	r := chi.NewRouter()
-	r.Use(s.requestID, s.observe, s.recoverer)
+	r.Use(s.requestID, s.observe, s.recoverer, s.bodyDeadline)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) { s.fail(w, r, errNotFound) })
 	r.MethodNotAllowed(s.methodNotAllowed(r))
 

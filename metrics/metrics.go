@@ -20,6 +20,7 @@ type Metrics struct {
 	RedisErrors      prometheus.Counter
 	PubSubReconnects prometheus.Counter
 	WaitUnacked      prometheus.Counter
+	BodyReadTimeouts prometheus.Counter
 }
 
 // New returns collectors registered on a fresh registry, with the Go runtime and
@@ -62,8 +63,12 @@ func New() *Metrics {
 			Help: "Grants (and renewals, releases, forces) that fewer replicas than BATON_WAIT_REPLICAS acknowledged within BATON_WAIT_TIMEOUT. Each still stood.",
 		}),
 	}
+	m.BodyReadTimeouts = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "baton_body_read_timeouts_total",
+		Help: "Requests whose body did not arrive within the body read timeout (answered 408, connection closed).",
+	})
 	m.Registry.MustRegister(m.Requests, m.Duration, m.Acquires, m.Waiters, m.Handoff,
-		m.RedisErrors, m.PubSubReconnects, m.WaitUnacked,
+		m.RedisErrors, m.PubSubReconnects, m.WaitUnacked, m.BodyReadTimeouts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
