@@ -12,6 +12,9 @@ import (
 type Metrics struct {
 	Registry *prometheus.Registry
 
+	// Requests and Duration are labelled by route pattern ("unmatched" for no
+	// route), method (GET, HEAD, POST, PATCH, DELETE, OPTIONS, PUT or "other")
+	// and status: fixed sets, never a value a client chose.
 	Requests         *prometheus.CounterVec   // route, method, status
 	Duration         *prometheus.HistogramVec // route, method, status
 	Acquires         *prometheus.CounterVec   // outcome
@@ -30,7 +33,7 @@ func New() *Metrics {
 		Registry: prometheus.NewRegistry(),
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "baton_http_requests_total",
-			Help: "HTTP requests answered, by route pattern, method and status.",
+			Help: "HTTP requests answered, by route pattern (or unmatched), method (GET, HEAD, POST, PATCH, DELETE, OPTIONS, PUT or other) and status.",
 		}, []string{"route", "method", "status"}),
 		Duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "baton_http_request_duration_seconds",
