@@ -464,6 +464,11 @@ func TestBadRoute(t *testing.T) {
 		{name: "405/PATCH ticket", give: req{Method: "PATCH", Path: ticket}, want: notAllowed("GET", "HEAD", "DELETE")},
 		{name: "405/POST livez", give: req{Method: "POST", Path: "/livez"}, want: notAllowed("GET", "HEAD")},
 		{name: "405/DELETE metrics", give: req{Method: "DELETE", Path: "/metrics"}, want: notAllowed("GET", "HEAD")},
+		{name: "405/OPTIONS lock", give: req{Method: "OPTIONS", Path: "/v1/locks/held"}, want: notAllowed("GET", "HEAD", "POST", "DELETE")},
+		{name: "405/made-up method on a lock", give: req{Method: "FROB", Path: "/v1/locks/held"}, want: notAllowed("GET", "HEAD", "POST", "DELETE")},
+		{name: "405/made-up method on a ticket", give: req{Method: "FROB", Path: ticket}, want: notAllowed("GET", "HEAD", "DELETE")},
+		{name: "404/made-up method on no route", give: req{Method: "FROB", Path: "/nowhere"}, want: notFound},
+		{name: "404/PUT on no route", give: req{Method: "PUT", Path: "/v1/locks/held/leases"}, want: notFound},
 	})
 }
 

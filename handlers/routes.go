@@ -86,7 +86,9 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	writeError(w, r, zerolog.Ctx(r.Context()), err)
 }
 
-// methodNotAllowed answers 405 with the Allow header chi leaves to custom handlers.
+// methodNotAllowed answers 405 with the Allow header chi leaves to custom
+// handlers. chi sends every method it does not know (FROB) here, whatever the
+// path: a path no method serves is a 404, never a 405 with an empty Allow.
 func (s *server) methodNotAllowed(mux *chi.Mux) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		path := r.URL.RawPath // chi routes on the escaped path when there is one: so must Allow
@@ -98,6 +100,10 @@ func (s *server) methodNotAllowed(mux *chi.Mux) http.HandlerFunc {
 			if mux.Match(chi.NewRouteContext(), m, path) {
 				allow = append(allow, m)
 			}
+		}
+		if allow == nil {
+			s.fail(w, r, errNotFound)
+			return
 		}
 		w.Header().Set("Allow", strings.Join(allow, ", "))
 		s.fail(w, r, errMethodNotAllowed)
