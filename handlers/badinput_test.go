@@ -642,6 +642,9 @@ func TestRequestID(t *testing.T) {
 		{"generated when absent", req{Method: "GET", Path: "/v1/locks/x"}, false},
 		{"generated when too long", req{Method: "GET", Path: "/livez", Header: map[string]string{"X-Request-Id": strings.Repeat("r", 129)}}, false},
 		{"generated for a space", req{Method: "GET", Path: "/livez", Header: map[string]string{"X-Request-Id": "a b"}}, false},
+		{"generated for a tab", req{Method: "GET", Path: "/livez", Header: map[string]string{"X-Request-Id": "a\tb"}}, false},
+		{"generated for non-ASCII", req{Method: "GET", Path: "/livez", Header: map[string]string{"X-Request-Id": "café"}}, false},
+		{"generated for Latin-1 bytes", req{Method: "GET", Path: "/livez", Header: map[string]string{"X-Request-Id": "caf\xe9"}}, false},
 	}
 	seen := map[string]bool{}
 	for _, tt := range tests {
@@ -658,6 +661,23 @@ func TestRequestID(t *testing.T) {
 				t.Errorf("X-Request-Id %q generated twice", got)
 			}
 			seen[got] = true
+		})
+	}
+	// Control characters never get as far as the handlers: net/http refuses
+	// the request (its own 400, with no id at all). Written raw, as Go's
+	// client refuses to send them.
+	for _, give := range []string{"a\x00b", "a\x1b[31mb", "a\x7fb", "a\rb"} {
+		t.Run("control character "+strconv.Quote(give), func(t *testing.T) {
+			e := envIn(t, e)
+			c := e.dial(10 * time.Second)
+			c.write("GET /livez HTTP/1.1\r\nHost: baton\r\nX-Request-Id: " + give + "\r\nConnection: close\r\n\r\n")
+			got, err := c.read(http.MethodGet)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if id := got.Header.Get("X-Request-Id"); strings.ContainsFunc(id, func(r rune) bool { return r < 0x21 || r > 0x7e }) || strings.Contains(string(got.Raw), give) {
+				t.Errorf("X-Request-Id %q, body %q: the id sent (%q) came back", id, got.Raw, give)
+			}
 		})
 	}
 }
