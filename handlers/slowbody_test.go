@@ -3,9 +3,11 @@ package handlers_test
 import (
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -135,5 +137,31 @@ func TestBodyReadTimeoutLeavesWaitsAlone(t *testing.T) {
 	wantStatus(t, got, http.StatusOK, "")
 	if n := testutil.ToFloat64(e.Metrics.BodyReadTimeouts); n != 0 {
 		t.Errorf("baton_body_read_timeouts_total %v, want 0", n)
+	}
+}
+
+// TestBodyCutShort: a body that ends before its Content-Length (the client
+// stopped sending) is the client's error, not the server's: a 400, and nothing
+// logged above info, so hostile clients cannot fill the error log.
+func TestBodyCutShort(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	before := e.snapshot()
+	c := e.dial(5 * time.Second)
+	c.write("POST /v1/locks/cut HTTP/1.1\r\nHost: baton\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n{\"ttl_ms\":")
+	if err := c.c.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.read("POST")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, got, http.StatusBadRequest, "invalid-request")
+	for _, l := range strings.Split(e.Logs.String(), "\n") {
+		if strings.Contains(l, `"level":"error"`) || strings.Contains(l, `"level":"warn"`) {
+			t.Errorf("logged: %s", l)
+		}
+	}
+	if after := e.snapshot(); !maps.Equal(after, before) {
+		t.Errorf("Redis after a body cut short:\n%v\nwant it unchanged:\n%v", after, before)
 	}
 }
