@@ -79,7 +79,11 @@ func runBad(t *testing.T, e *env, cases []badCase) {
 			e := envIn(t, e)
 			before := e.snapshot()
 			got := e.do(tt.give)
-			checkProblem(t, got, tt.want)
+			if tt.give.Method == http.MethodHead {
+				checkHeadProblem(t, got, tt.want)
+			} else {
+				checkProblem(t, got, tt.want)
+			}
 			if after := e.snapshot(); !maps.Equal(after, before) {
 				t.Errorf("Redis after %s %s:\n%v\nwant it unchanged:\n%v", tt.give.Method, tt.give.Path, after, before)
 			}
@@ -127,6 +131,19 @@ func checkProblem(t *testing.T, got *resp, want problemWant) {
 		if !slices.Equal(allow, w) {
 			t.Errorf("Allow %v, want %v", allow, w)
 		}
+	}
+}
+
+// checkHeadProblem checks the answer to a rejected HEAD: the GET's status and
+// problem+json Content-Type, and no body, so no kind to check.
+func checkHeadProblem(t *testing.T, got *resp, want problemWant) {
+	t.Helper()
+	wantStatus(t, got, want.status, "")
+	if ct := got.Header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Errorf("Content-Type %q, want application/problem+json", ct)
+	}
+	if len(got.Raw) > 0 {
+		t.Errorf("HEAD answered with a body: %q", got.Raw)
 	}
 }
 
@@ -187,6 +204,21 @@ var badBodies = []bodyCase{
 		want: problemWant{status: 400, kind: "invalid-request", field: "wait_ms", mention: "60000"}},
 	{name: "owner of 129 characters", give: `{"owner":"` + strings.Repeat("o", 129) + `"}`, want: invalidReq("owner")},
 	{name: "owner of 129 runes", give: `{"owner":"` + strings.Repeat("é", 129) + `"}`, want: invalidReq("owner")},
+	{name: "owner with NUL", give: `{"owner":"a\u0000b"}`, want: invalidReq("owner")},
+	{name: "owner with newline", give: `{"owner":"a\nb"}`, want: invalidReq("owner")},
+	{name: "owner with tab", give: `{"owner":"a\tb"}`, want: invalidReq("owner")},
+	{name: "owner with ANSI escape", give: `{"owner":"\u001b[31mRED"}`, want: invalidReq("owner")},
+	{name: "owner with unit separator", give: `{"owner":"\u001f"}`, want: invalidReq("owner")},
+	{name: "owner with DEL", give: `{"owner":"a\u007fb"}`, want: invalidReq("owner")},
+	{name: "owner with raw DEL", give: "{\"owner\":\"a\x7fb\"}", want: invalidReq("owner")},
+	{name: "owner with C1 NEL", give: `{"owner":"a\u0085b"}`, want: invalidReq("owner")},
+	{name: "owner with raw C1 CSI", give: "{\"owner\":\"\xc2\x9b31mRED\"}", want: invalidReq("owner")},
+	{name: "owner with C1 APC", give: `{"owner":"\u009f"}`, want: invalidReq("owner")},
+	{name: "owner with C1 PAD", give: `{"owner":"\u0080"}`, want: invalidReq("owner")},
+	{name: "owner with invalid UTF-8", give: "{\"owner\":\"a\xffb\"}", want: invalidReq("owner")},
+	{name: "owner with truncated UTF-8", give: "{\"owner\":\"caf\xc3\"}", want: invalidReq("owner")},
+	{name: "owner with a lone surrogate", give: `{"owner":"a\ud800b"}`, want: invalidReq("owner")},
+	{name: "owner with U+FFFD", give: `{"owner":"a\ufffdb"}`, want: invalidReq("owner")},
 	{name: "empty lease", give: `{"lease":""}`, want: invalidReq("lease")},
 	{name: "lease with fair", give: `{"lease":"` + strings.Repeat("A", 22) + `","fair":true}`, postOnly: true, want: invalidReq("fair")},
 	{name: "Prefer wait above max", give: `{}`, header: map[string]string{"Prefer": "wait=61"}, postOnly: true,
@@ -249,6 +281,11 @@ func TestBadLockName(t *testing.T) {
 		{"encoded unicode", "caf%C3%A9"},
 		{"unicode", "日本"},
 		{"201 characters", strings.Repeat("n", 201)},
+		{"dot", "."},
+		{"dot-dot", ".."},
+		{"encoded dot", "%2E"},
+		{"encoded dot-dot", "%2E%2E"},
+		{"half-encoded dot-dot", ".%2e"},
 	}
 	routes := []struct {
 		label, method, suffix string
@@ -256,11 +293,14 @@ func TestBadLockName(t *testing.T) {
 	}{
 		{"acquire", "POST", "", map[string]any{"ttl_ms": 1000}},
 		{"state", "GET", "", nil},
+		{"state HEAD", "HEAD", "", nil},
 		{"force", "DELETE", "?force=true", nil},
 		{"get lease", "GET", "/leases/" + f.lease, nil},
+		{"get lease HEAD", "HEAD", "/leases/" + f.lease, nil},
 		{"renew", "PATCH", "/leases/" + f.lease, map[string]any{"ttl_ms": 1000}},
 		{"release", "DELETE", "/leases/" + f.lease, nil},
 		{"poll", "GET", "/tickets/" + f.ticket, nil},
+		{"poll HEAD", "HEAD", "/tickets/" + f.ticket, nil},
 		{"cancel", "DELETE", "/tickets/" + f.ticket, nil},
 	}
 	want := problemWant{status: http.StatusBadRequest, kind: "invalid-name"}
@@ -275,6 +315,41 @@ func TestBadLockName(t *testing.T) {
 		}
 	}
 	runBad(t, f.e, cases)
+}
+
+// TestDotSegmentName: "." and ".." are dot-segments (RFC 3986, 5.2.4): curl,
+// browsers and most HTTP libraries remove them from a path before sending it, so
+// a lock of that name would have lease URLs its holder cannot reach. They are
+// invalid names. Each request goes on a connection of its own, its request line
+// written byte by byte, so nothing between the test and the server can normalise
+// the path.
+func TestDotSegmentName(t *testing.T) {
+	f := newBadFixture(t)
+	var targets []struct{ method, target string }
+	for _, name := range []string{".", ".."} {
+		for _, r := range []struct{ method, suffix string }{
+			{"POST", ""},
+			{"GET", ""},
+			{"DELETE", "?force=true"},
+			{"GET", "/leases/" + f.lease},
+			{"PATCH", "/leases/" + f.lease},
+			{"DELETE", "/leases/" + f.lease},
+			{"GET", "/tickets/" + f.ticket},
+			{"DELETE", "/tickets/" + f.ticket},
+		} {
+			targets = append(targets, struct{ method, target string }{r.method, "/v1/locks/" + name + r.suffix})
+		}
+	}
+	for _, tt := range targets {
+		t.Run(tt.method+" "+tt.target, func(t *testing.T) {
+			e := envIn(t, f.e)
+			before := e.snapshot()
+			checkProblem(t, e.rawDo(tt.method, tt.target), problemWant{status: http.StatusBadRequest, kind: "invalid-name"})
+			if after := e.snapshot(); !maps.Equal(after, before) {
+				t.Errorf("Redis after %s %s:\n%v\nwant it unchanged:\n%v", tt.method, tt.target, after, before)
+			}
+		})
+	}
 }
 
 // TestEmptyLockName: below /v1/locks/ an empty name still routes, and is an
@@ -308,6 +383,7 @@ func TestBadLease(t *testing.T) {
 		url := "/v1/locks/" + l.path + "/leases/" + l.id
 		cases = append(cases,
 			badCase{name: "GET/" + l.label, give: req{Method: "GET", Path: url}, want: notHeld},
+			badCase{name: "HEAD/" + l.label, give: req{Method: "HEAD", Path: url}, want: notHeld},
 			badCase{name: "PATCH/" + l.label, give: req{Method: "PATCH", Path: url, Body: map[string]any{"ttl_ms": 5000}}, want: notHeld},
 			badCase{name: "PATCH empty body/" + l.label, give: req{Method: "PATCH", Path: url}, want: notHeld},
 			badCase{name: "DELETE/" + l.label, give: req{Method: "DELETE", Path: url}, want: notHeld},
@@ -345,6 +421,10 @@ func TestBadQuery(t *testing.T) {
 		{name: "state/malformed query", give: req{Method: "GET", Path: "/v1/locks/held?wait_ms=%zz"}, want: invalidReq("")},
 		{name: "state/Prefer wait above max", give: req{Method: "GET", Path: "/v1/locks/held", Header: prefer("wait=61")}, want: preferMax},
 		{name: "state/Prefer wait not a number", give: req{Method: "GET", Path: "/v1/locks/held", Header: prefer("wait=abc")}, want: invalidReq("Prefer")},
+		{name: "state HEAD/wait_ms above max", give: req{Method: "HEAD", Path: "/v1/locks/held?wait_ms=60001"}, want: waitMax},
+		{name: "state HEAD/unknown parameter", give: req{Method: "HEAD", Path: "/v1/locks/held?wait=5"}, want: invalidReq("wait")},
+		{name: "get lease HEAD/unknown parameter", give: req{Method: "HEAD", Path: lease + "?wait=5"}, want: invalidReq("wait")},
+		{name: "poll HEAD/wait_ms not a number", give: req{Method: "HEAD", Path: ticket + "?wait_ms=abc"}, want: invalidReq("wait_ms")},
 		{name: "get lease/unknown parameter", give: req{Method: "GET", Path: lease + "?wait=5"}, want: invalidReq("wait")},
 		{name: "release/unknown parameter", give: req{Method: "DELETE", Path: lease + "?force=true"}, want: invalidReq("force")},
 		{name: "poll/wait_ms not a number", give: req{Method: "GET", Path: ticket + "?wait_ms=abc"}, want: invalidReq("wait_ms")},
@@ -376,14 +456,19 @@ func TestBadRoute(t *testing.T) {
 		{name: "404/leases collection", give: req{Method: "GET", Path: "/v1/locks/held/leases"}, want: notFound},
 		{name: "404/unknown sub-resource", give: req{Method: "GET", Path: "/v1/locks/held/owner"}, want: notFound},
 		{name: "404/below a lease", give: req{Method: "GET", Path: lease + "/x"}, want: notFound},
-		{name: "405/PUT lock", give: req{Method: "PUT", Path: "/v1/locks/held", Body: map[string]any{}}, want: notAllowed("GET", "POST", "DELETE")},
-		{name: "405/PATCH lock", give: req{Method: "PATCH", Path: "/v1/locks/held", Body: map[string]any{}}, want: notAllowed("GET", "POST", "DELETE")},
-		{name: "405/PUT lease", give: req{Method: "PUT", Path: lease}, want: notAllowed("GET", "PATCH", "DELETE")},
-		{name: "405/POST lease", give: req{Method: "POST", Path: lease, Body: map[string]any{}}, want: notAllowed("GET", "PATCH", "DELETE")},
-		{name: "405/POST ticket", give: req{Method: "POST", Path: ticket}, want: notAllowed("GET", "DELETE")},
-		{name: "405/PATCH ticket", give: req{Method: "PATCH", Path: ticket}, want: notAllowed("GET", "DELETE")},
-		{name: "405/POST livez", give: req{Method: "POST", Path: "/livez"}, want: notAllowed("GET")},
-		{name: "405/DELETE metrics", give: req{Method: "DELETE", Path: "/metrics"}, want: notAllowed("GET")},
+		{name: "405/PUT lock", give: req{Method: "PUT", Path: "/v1/locks/held", Body: map[string]any{}}, want: notAllowed("GET", "HEAD", "POST", "DELETE")},
+		{name: "405/PATCH lock", give: req{Method: "PATCH", Path: "/v1/locks/held", Body: map[string]any{}}, want: notAllowed("GET", "HEAD", "POST", "DELETE")},
+		{name: "405/PUT lease", give: req{Method: "PUT", Path: lease}, want: notAllowed("GET", "HEAD", "PATCH", "DELETE")},
+		{name: "405/POST lease", give: req{Method: "POST", Path: lease, Body: map[string]any{}}, want: notAllowed("GET", "HEAD", "PATCH", "DELETE")},
+		{name: "405/POST ticket", give: req{Method: "POST", Path: ticket}, want: notAllowed("GET", "HEAD", "DELETE")},
+		{name: "405/PATCH ticket", give: req{Method: "PATCH", Path: ticket}, want: notAllowed("GET", "HEAD", "DELETE")},
+		{name: "405/POST livez", give: req{Method: "POST", Path: "/livez"}, want: notAllowed("GET", "HEAD")},
+		{name: "405/DELETE metrics", give: req{Method: "DELETE", Path: "/metrics"}, want: notAllowed("GET", "HEAD")},
+		{name: "405/OPTIONS lock", give: req{Method: "OPTIONS", Path: "/v1/locks/held"}, want: notAllowed("GET", "HEAD", "POST", "DELETE")},
+		{name: "405/made-up method on a lock", give: req{Method: "FROB", Path: "/v1/locks/held"}, want: notAllowed("GET", "HEAD", "POST", "DELETE")},
+		{name: "405/made-up method on a ticket", give: req{Method: "FROB", Path: ticket}, want: notAllowed("GET", "HEAD", "DELETE")},
+		{name: "404/made-up method on no route", give: req{Method: "FROB", Path: "/nowhere"}, want: notFound},
+		{name: "404/PUT on no route", give: req{Method: "PUT", Path: "/v1/locks/held/leases"}, want: notFound},
 	})
 }
 
@@ -403,6 +488,7 @@ func TestTicketGone(t *testing.T) {
 		cases = append(cases,
 			badCase{name: "GET/" + tk.label, give: req{Method: "GET", Path: url}, want: gone},
 			badCase{name: "GET with wait/" + tk.label, give: req{Method: "GET", Path: url + "?wait_ms=5000"}, want: gone},
+			badCase{name: "HEAD with wait/" + tk.label, give: req{Method: "HEAD", Path: url + "?wait_ms=5000"}, want: gone},
 			badCase{name: "DELETE/" + tk.label, give: req{Method: "DELETE", Path: url}, want: gone},
 		)
 	}
@@ -419,8 +505,13 @@ func TestBadInputBounds(t *testing.T) {
 	}{
 		{"name of 200 characters", req{Method: "POST", Path: "/v1/locks/" + strings.Repeat("n", 200)}, http.StatusCreated},
 		{"every allowed character", req{Method: "POST", Path: "/v1/locks/AZaz09._:-"}, http.StatusCreated},
+		{"three dots", req{Method: "POST", Path: "/v1/locks/..."}, http.StatusCreated},
+		{"leading dot", req{Method: "POST", Path: "/v1/locks/.a"}, http.StatusCreated},
+		{"trailing dots", req{Method: "POST", Path: "/v1/locks/a.."}, http.StatusCreated},
 		{"owner of 128 characters", req{Method: "POST", Path: "/v1/locks/o128", Body: map[string]any{"owner": strings.Repeat("o", 128)}}, http.StatusCreated},
 		{"owner of 128 runes", req{Method: "POST", Path: "/v1/locks/r128", Body: map[string]any{"owner": strings.Repeat("é", 128)}}, http.StatusCreated},
+		{"owner of printable text", req{Method: "POST", Path: "/v1/locks/print", Body: map[string]any{"owner": "worker 3 (café, 日本, 😀) \u00a0~"}}, http.StatusCreated},
+		{"owner of one character past C1", req{Method: "POST", Path: "/v1/locks/nbsp", Body: map[string]any{"owner": "\u00a0"}}, http.StatusCreated},
 		{"ttl_ms at min", req{Method: "POST", Path: "/v1/locks/tmin", Body: map[string]any{"ttl_ms": 100}}, http.StatusCreated},
 		{"ttl_ms at max", req{Method: "POST", Path: "/v1/locks/tmax", Body: map[string]any{"ttl_ms": 86400000}}, http.StatusCreated},
 		{"wait_ms at max on a free lock", req{Method: "POST", Path: "/v1/locks/wmax", Body: map[string]any{"wait_ms": 60000}}, http.StatusCreated},
@@ -551,6 +642,9 @@ func TestRequestID(t *testing.T) {
 		{"generated when absent", req{Method: "GET", Path: "/v1/locks/x"}, false},
 		{"generated when too long", req{Method: "GET", Path: "/livez", Header: map[string]string{"X-Request-Id": strings.Repeat("r", 129)}}, false},
 		{"generated for a space", req{Method: "GET", Path: "/livez", Header: map[string]string{"X-Request-Id": "a b"}}, false},
+		{"generated for a tab", req{Method: "GET", Path: "/livez", Header: map[string]string{"X-Request-Id": "a\tb"}}, false},
+		{"generated for non-ASCII", req{Method: "GET", Path: "/livez", Header: map[string]string{"X-Request-Id": "café"}}, false},
+		{"generated for Latin-1 bytes", req{Method: "GET", Path: "/livez", Header: map[string]string{"X-Request-Id": "caf\xe9"}}, false},
 	}
 	seen := map[string]bool{}
 	for _, tt := range tests {
@@ -567,6 +661,23 @@ func TestRequestID(t *testing.T) {
 				t.Errorf("X-Request-Id %q generated twice", got)
 			}
 			seen[got] = true
+		})
+	}
+	// Control characters never get as far as the handlers: net/http refuses
+	// the request (its own 400, with no id at all). Written raw, as Go's
+	// client refuses to send them.
+	for _, give := range []string{"a\x00b", "a\x1b[31mb", "a\x7fb", "a\rb"} {
+		t.Run("control character "+strconv.Quote(give), func(t *testing.T) {
+			e := envIn(t, e)
+			c := e.dial(10 * time.Second)
+			c.write("GET /livez HTTP/1.1\r\nHost: baton\r\nX-Request-Id: " + give + "\r\nConnection: close\r\n\r\n")
+			got, err := c.read(http.MethodGet)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if id := got.Header.Get("X-Request-Id"); strings.ContainsFunc(id, func(r rune) bool { return r < 0x21 || r > 0x7e }) || strings.Contains(string(got.Raw), give) {
+				t.Errorf("X-Request-Id %q, body %q: the id sent (%q) came back", id, got.Raw, give)
+			}
 		})
 	}
 }

@@ -15,12 +15,18 @@ import (
 const maxBody = 16 << 10
 
 // decodeJSON reads an optional JSON object into dst: an empty body leaves dst as
-// it is (all defaults). It rejects a body over 16 KiB, a Content-Type other than
-// JSON, malformed JSON, unknown fields, wrong types and trailing data.
+// it is (all defaults). It rejects a body over 16 KiB (*http.MaxBytesError), one
+// that does not arrive in time (errBodyTimeout), a Content-Type other than JSON
+// (errUnsupportedMedia), and a body cut short, malformed JSON, unknown fields,
+// wrong types and trailing data (*validationError).
 func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-	if err != nil {
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge) || errors.Is(err, errBodyTimeout):
 		return err
+	case err != nil: // cut short by the client (shorter than its Content-Length) or malformed chunks
+		return &validationError{detail: "The body could not be read: it ended before its announced length, or its chunked encoding is malformed."}
 	}
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil

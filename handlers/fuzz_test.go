@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/rs/zerolog"
 
@@ -39,6 +41,9 @@ import (
 var apiLimits = handlers.Limits{DefaultTTL: 30 * time.Second, MinTTL: 100 * time.Millisecond, MaxTTL: 24 * time.Hour, MaxWait: 60 * time.Second}
 
 var lockNameRE = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,200}$`)
+
+// validName reports whether n is a lock name: the pattern, less the dot-segments.
+func validName(n string) bool { return lockNameRE.MatchString(n) && n != "." && n != ".." }
 
 // fuzzEnv is newEnv for a fuzz target, which has an f but no *testing.T: its t
 // is nil, and each input uses envIn(t, e). It logs only warnings and errors, so
@@ -140,8 +145,16 @@ func (e *env) fuzzCheck(hr *http.Request, body []byte, got *resp, maxWait time.D
 			e.t.Errorf("%s: status %d, problem %s", what, got.Status, got.Raw)
 		}
 	}
-	if got.Status == http.StatusMethodNotAllowed && got.Header.Get("Allow") == "" {
-		e.t.Errorf("%s: 405 without Allow", what)
+	if got.Status == http.StatusMethodNotAllowed {
+		allow := strings.Split(strings.ReplaceAll(got.Header.Get("Allow"), " ", ""), ",")
+		switch {
+		case got.Header.Get("Allow") == "":
+			e.t.Errorf("%s: 405 without Allow", what)
+		case hr.Method == http.MethodHead || hr.Method == http.MethodGet:
+			e.t.Errorf("%s: 405 (Allow %q), but every route serves GET and HEAD", what, got.Header.Get("Allow"))
+		case slices.Contains(allow, http.MethodGet) != slices.Contains(allow, http.MethodHead):
+			e.t.Errorf("%s: Allow %q, want HEAD wherever GET is", what, got.Header.Get("Allow"))
+		}
 	}
 	if pa := got.Header.Get("Preference-Applied"); pa != "" {
 		n, err := strconv.ParseInt(strings.TrimPrefix(pa, "wait="), 10, 64)
@@ -149,7 +162,7 @@ func (e *env) fuzzCheck(hr *http.Request, body []byte, got *resp, maxWait time.D
 			e.t.Errorf("%s (Prefer %q): Preference-Applied %q, want wait=N with N <= %d", what, hr.Header.Get("Prefer"), pa, maxWait/time.Second)
 		}
 	}
-	if _, _, err := specRouter.FindRoute(hr.Clone(context.Background())); err == nil {
+	if _, _, err := specRouter.FindRoute(specRequest(hr)); err == nil {
 		e.validate(hr, body, got)
 		return
 	}
@@ -267,6 +280,12 @@ func FuzzAcquireBody(f *testing.F) {
 		{``, `wait="5"`, false},
 		{`{"owner":"\u00e9\ud83d\ude00"}`, "", false},
 		{`{"owner":"\xff\xfe"}`, "", false},
+		{"{\"owner\":\"\xff\xfe\"}", "", false},
+		{"{\"owner\":\"\x1b[31mRED\"}", "", false}, // a raw ESC: no JSON at all
+		{`{"owner":"\u001b[31mRED\u001b[0m"}`, "", true},
+		{"{\"owner\":\"\xc2\x9b31m\"}", "", false},
+		{`{"owner":"\ud83d"}`, "", false},
+		{`{"owner":"\ud83d\ude00 \u00a0 ok"}`, "", false},
 		{`{"TTL_MS":1000}`, "", false},
 		{`{"ttl_ms":1000,"ttl_ms":99}`, "", false},
 		{`{"ttl_ms":1e3}`, "", false},
@@ -325,6 +344,11 @@ func checkGrant(t *testing.T, what string, body []byte, got *resp) {
 	if len(bytes.TrimSpace(body)) > 0 && json.Unmarshal(body, &sent) != nil {
 		t.Errorf("%s: 201 for a body encoding/json rejects", what)
 		return
+	}
+	for _, r := range sent.Owner {
+		if unicode.IsControl(r) || r == utf8.RuneError { // what an invalid byte or a lone surrogate decodes to
+			t.Errorf("%s: 201 for an owner with %U, which is no label", what, r)
+		}
 	}
 	ttl := apiLimits.DefaultTTL.Milliseconds()
 	if sent.TTLms != nil {

@@ -42,6 +42,7 @@ func FuzzLockName(f *testing.F) {
 		"", " ", "a b", "a{b", "a}b", "{held}", "held}:x", "held/x", "/", "held\x00", "held\n", "a%b", "%41",
 		"a%2Fb", "a+b", "held*", "a?b", "a?force=true", "a#b", "café", "日本", "\xff", strings.Repeat("n", 201),
 		"x/leases/y", "x/tickets/y", "../livez", "a;b", "a=b", "a@b", "a~b",
+		"...", ".a", "a..", "%2E", "%2E%2E", ".%2e", "./x", "../leases/x",
 	} {
 		f.Add(name)
 	}
@@ -79,7 +80,7 @@ func (e *env) nameRoutes(sent string, exact bool) []string {
 			served = append(served, got.Str("name"))
 		}
 		name, routed := routedName(hr, suffix)
-		switch valid := lockNameRE.MatchString(name); {
+		switch valid := validName(name); {
 		case !routed: // the path routes elsewhere: only the checks every answer gets
 		case valid && exact && got.Status != r.want:
 			e.t.Errorf("%s, want %d: %s", what, r.want, got.Raw)
@@ -184,6 +185,19 @@ var routerSeeds = []routerSeed{
 	{1, 3, "$TICKET", "", "", ""},
 	{4, 0, "a%2Fb", "", "", ""},
 	{5, 8, "", "", "", ""},
+	{5, 9, "", "", "", ""},
+	{5, 10, "", "", "", ""},
+	{5, 11, "", "", "", ""},
+	{5, 1, "", "", "", ""},
+	{5, 1, "", "wait_ms=50&fence=1", "", ""},
+	{5, 1, "", "wait_ms=abc", "", ""},
+	{5, 2, "$LEASE", "", "", ""},
+	{5, 2, "unknown", "", "", ""},
+	{5, 3, "$TICKET", "wait_ms=50", "", ""},
+	{5, 3, "$TICKET", "", "", "wait=0"},
+	{5, 0, "..", "", "", ""},
+	{5, 0, "a%20b", "", "", ""},
+	{5, 6, "locks/held", "", "", ""},
 	{6, 0, "x", "", "", ""},
 	{0, 0, "", "", "", ""},
 	{0, 7, "", "", "", ""},
@@ -195,6 +209,12 @@ var routerSeeds = []routerSeed{
 	{0, 0, "a b\x00", "", "", ""},
 	{0, 0, "held/leases/$LEASE/x", "", "", ""},
 	{0, 0, "..", "", "", ""},
+	{0, 0, ".", "", "", ""},
+	{1, 0, "..", "", "{}", ""},
+	{0, 0, "../leases/$LEASE", "", "", ""},
+	{2, 0, "./leases/$LEASE", "", "", ""},
+	{3, 0, "../tickets/$TICKET", "", "", ""},
+	{3, 0, "..", "force=true", "", ""},
 	{0, 0, "held#frag", "", "", ""},
 	{0, 8, "", "", "", ""},
 	{0, 9, "", "", "", ""},
@@ -238,7 +258,7 @@ func FuzzRouter(f *testing.F) {
 			}
 		}
 		e.fuzzCheck(hr, body, got, routerLimits.MaxWait)
-		e.checkKeys(lockNameRE.MatchString)
+		e.checkKeys(validName)
 	})
 }
 

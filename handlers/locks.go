@@ -59,8 +59,8 @@ func (s *server) acquireRequest(r *http.Request, name string, ttlMs, waitMs *int
 	}
 	ar := store.AcquireRequest{Name: name, TTL: ttl, Wait: wait, Fair: fair}
 	if owner != nil {
-		if len([]rune(*owner)) > 128 {
-			return ar, "", invalid("owner", "must be at most 128 characters")
+		if err := checkLabel("owner", *owner); err != nil {
+			return ar, "", err
 		}
 		ar.Owner = *owner
 	}

@@ -46,7 +46,10 @@ func saneRequestID(id string) bool {
 }
 
 // observe logs and counts each request by its route pattern, never its raw path:
-// paths carry lease and ticket ids, which are bearer secrets.
+// paths carry lease and ticket ids, which are bearer secrets. Every label value
+// comes from a fixed set (methodLabel, the route patterns of routes.go or
+// "unmatched", the statuses the handlers write), so that no request adds a
+// series to /metrics; the request id is logged, never a label.
 func (s *server) observe(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -56,15 +59,53 @@ func (s *server) observe(next http.Handler) http.Handler {
 		if route == "" {
 			route = "unmatched"
 		}
-		status := strconv.Itoa(ww.Status())
+		code := ww.Status()
+		if code == 0 {
+			code = http.StatusOK // nothing written: net/http answers 200
+		}
+		method, status := methodLabel(r.Method), strconv.Itoa(code)
 		elapsed := time.Since(start)
-		s.m.Requests.WithLabelValues(route, r.Method, status).Inc()
-		s.m.Duration.WithLabelValues(route, r.Method, status).Observe(elapsed.Seconds())
+		s.m.Requests.WithLabelValues(route, method, status).Inc()
+		s.m.Duration.WithLabelValues(route, method, status).Observe(elapsed.Seconds())
 		s.log.Info().
 			Str("request_id", w.Header().Get("X-Request-Id")).
-			Str("method", r.Method).Str("route", route).Int("status", ww.Status()).
+			Str("method", logMethod(r.Method)).Str("route", route).Int("status", code).
 			Int("bytes", ww.BytesWritten()).Dur("duration", elapsed).Msg("request")
 	})
+}
+
+// methodLabel is the method as a metric label: one of the methods HTTP clients
+// use, or "other". Go's server accepts any token as a method, so labelling the
+// method as sent would let each client add series (and 50 KB method names).
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodPut:
+		return m
+	}
+	return "other"
+}
+
+// maxLogMethod is the most bytes of a method the access log shows.
+const maxLogMethod = 32
+
+// logMethod is the method as the access log shows it: as sent, but at most
+// maxLogMethod bytes (then "...") and nothing but visible ASCII, so that no
+// request makes a log line of 50 KB or puts a control character in it.
+func logMethod(m string) string {
+	if methodLabel(m) != "other" {
+		return m
+	}
+	b := []byte(m[:min(len(m), maxLogMethod)])
+	for i, c := range b {
+		if c < 0x21 || c > 0x7e {
+			b[i] = '?'
+		}
+	}
+	if len(m) > maxLogMethod {
+		b = append(b, "..."...)
+	}
+	return string(b)
 }
 
 // recoverer turns a panic into a 500 problem and logs it with its stack.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/batonhq/baton/store"
@@ -38,6 +39,7 @@ func (s *server) readyz() http.Handler {
 func (s *server) openapi() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/yaml")
+		w.Header().Set("Content-Length", strconv.Itoa(len(s.spec))) // so that a HEAD tells the size too
 		_, _ = w.Write(s.spec)
 	})
 }

@@ -17,14 +17,25 @@ type Limits struct {
 	MinTTL     time.Duration
 	MaxTTL     time.Duration
 	MaxWait    time.Duration
+	// BodyReadTimeout bounds how long a request body may take to arrive, from
+	// the moment its headers are in (408 request-timeout past it); 0 means
+	// DefaultBodyReadTimeout.
+	BodyReadTimeout time.Duration
 }
+
+// DefaultBodyReadTimeout is the body read timeout when Limits leave it at 0: a
+// 16 KiB body arrives well within it even over a slow mobile link.
+const DefaultBodyReadTimeout = 10 * time.Second
 
 // lockName returns the {name} path parameter, or errInvalidName. Names match
 // ^[A-Za-z0-9._:-]{1,200}$, so they never hold '{' or '}' and every key of one lock
-// shares a Redis Cluster hash slot.
+// shares a Redis Cluster hash slot. "." and ".." match too but are not names: they
+// are dot-segments (RFC 3986, 5.2.4), which curl, browsers and most HTTP libraries
+// remove before sending a path, so the lease URLs of such a lock would reach
+// another resource and its holder could neither renew nor release it.
 func lockName(r *http.Request) (string, error) {
 	name := chi.URLParam(r, "name")
-	if len(name) == 0 || len(name) > 200 {
+	if len(name) == 0 || len(name) > 200 || name == "." || name == ".." {
 		return "", errInvalidName
 	}
 	for i := 0; i < len(name); i++ {

@@ -58,7 +58,10 @@ func writeError(w http.ResponseWriter, r *http.Request, log *zerolog.Logger, err
 		p.Errors = verr.fields
 	case errors.Is(err, errInvalidName):
 		p = kind("invalid-name", 400, "Invalid lock name",
-			"Lock names are 1 to 200 characters of A-Z, a-z, 0-9, '.', '_', ':' and '-'.")
+			"Lock names are 1 to 200 characters of A-Z, a-z, 0-9, '.', '_', ':' and '-', other than '.' and '..'.")
+	case errors.Is(err, errBodyTimeout):
+		p = kind("request-timeout", 408, "Request timeout", "The request body did not arrive in time; send it at once after the headers.")
+		w.Header().Set("Connection", "close") // what is left of the body can not be told from a next request
 	case errors.As(err, &tooLarge):
 		p = kind("body-too-large", 413, "Body too large", "Request bodies are limited to 16 KiB.")
 	case errors.Is(err, errUnsupportedMedia):

@@ -52,24 +52,33 @@ type server struct {
 func NewServer(d Deps) http.Handler {
 	s := &server{store: d.Store, limits: d.Limits, log: d.Logger, m: d.Metrics, spec: d.Spec}
 	r := chi.NewRouter()
-	r.Use(s.requestID, s.observe, s.recoverer)
+	r.Use(s.requestID, s.observe, s.recoverer, s.bodyDeadline)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) { s.fail(w, r, errNotFound) })
 	r.MethodNotAllowed(s.methodNotAllowed(r))
 
 	r.Method(http.MethodPost, "/v1/locks/{name}", s.acquire())
-	r.Method(http.MethodGet, "/v1/locks/{name}", s.state())
+	get(r, "/v1/locks/{name}", s.state())
 	r.Method(http.MethodDelete, "/v1/locks/{name}", s.force())
-	r.Method(http.MethodGet, "/v1/locks/{name}/leases/{lease}", s.getLease())
+	get(r, "/v1/locks/{name}/leases/{lease}", s.getLease())
 	r.Method(http.MethodPatch, "/v1/locks/{name}/leases/{lease}", s.renew())
 	r.Method(http.MethodDelete, "/v1/locks/{name}/leases/{lease}", s.release())
-	r.Method(http.MethodGet, "/v1/locks/{name}/tickets/{ticket}", s.poll())
+	get(r, "/v1/locks/{name}/tickets/{ticket}", s.poll())
 	r.Method(http.MethodDelete, "/v1/locks/{name}/tickets/{ticket}", s.cancel())
 
-	r.Method(http.MethodGet, "/livez", s.livez())
-	r.Method(http.MethodGet, "/readyz", s.readyz())
-	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{}))
-	r.Method(http.MethodGet, "/openapi.yaml", s.openapi())
+	get(r, "/livez", s.livez())
+	get(r, "/readyz", s.readyz())
+	get(r, "/metrics", promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{}))
+	get(r, "/openapi.yaml", s.openapi())
 	return r
+}
+
+// get serves GET and HEAD with the same handler: RFC 9110 expects HEAD wherever
+// GET is, with the same status and headers, and net/http drops the body of an
+// answer to HEAD. A HEAD runs exactly as its GET does: a long-poll waits, and a
+// ticket poll claims a grant (the next GET poll returns the lease).
+func get(r chi.Router, pattern string, h http.Handler) {
+	r.Method(http.MethodGet, pattern, h)
+	r.Method(http.MethodHead, pattern, h)
 }
 
 // fail hands an error to the one problem writer.
@@ -77,7 +86,9 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	writeError(w, r, zerolog.Ctx(r.Context()), err)
 }
 
-// methodNotAllowed answers 405 with the Allow header chi leaves to custom handlers.
+// methodNotAllowed answers 405 with the Allow header chi leaves to custom
+// handlers. chi sends every method it does not know (FROB) here, whatever the
+// path: a path no method serves is a 404, never a 405 with an empty Allow.
 func (s *server) methodNotAllowed(mux *chi.Mux) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		path := r.URL.RawPath // chi routes on the escaped path when there is one: so must Allow
@@ -85,10 +96,14 @@ func (s *server) methodNotAllowed(mux *chi.Mux) http.HandlerFunc {
 			path = r.URL.Path
 		}
 		var allow []string
-		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPatch, http.MethodDelete} {
+		for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPatch, http.MethodDelete} {
 			if mux.Match(chi.NewRouteContext(), m, path) {
 				allow = append(allow, m)
 			}
+		}
+		if allow == nil {
+			s.fail(w, r, errNotFound)
+			return
 		}
 		w.Header().Set("Allow", strings.Join(allow, ", "))
 		s.fail(w, r, errMethodNotAllowed)

@@ -12,6 +12,9 @@ import (
 type Metrics struct {
 	Registry *prometheus.Registry
 
+	// Requests and Duration are labelled by route pattern ("unmatched" for no
+	// route), method (GET, HEAD, POST, PATCH, DELETE, OPTIONS, PUT or "other")
+	// and status: fixed sets, never a value a client chose.
 	Requests         *prometheus.CounterVec   // route, method, status
 	Duration         *prometheus.HistogramVec // route, method, status
 	Acquires         *prometheus.CounterVec   // outcome
@@ -21,6 +24,7 @@ type Metrics struct {
 	PubSubReconnects prometheus.Counter
 	WaitUnacked      prometheus.Counter
 	Undos            *prometheus.CounterVec // what
+	BodyReadTimeouts prometheus.Counter
 }
 
 // New returns collectors registered on a fresh registry, with the Go runtime and
@@ -30,7 +34,7 @@ func New() *Metrics {
 		Registry: prometheus.NewRegistry(),
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "baton_http_requests_total",
-			Help: "HTTP requests answered, by route pattern, method and status.",
+			Help: "HTTP requests answered, by route pattern (or unmatched), method (GET, HEAD, POST, PATCH, DELETE, OPTIONS, PUT or other) and status.",
 		}, []string{"route", "method", "status"}),
 		Duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "baton_http_request_duration_seconds",
@@ -67,8 +71,12 @@ func New() *Metrics {
 			Help: "Requests whose client went away, or whose Redis call failed without a definite answer, undone in the background, by what was found: released (a hold), cancelled (a ticket), unclaimed (a ticket's grant kept for its next poll), queued, gone, none, dropped (backlog full).",
 		}, []string{"what"}),
 	}
+	m.BodyReadTimeouts = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "baton_body_read_timeouts_total",
+		Help: "Requests whose body did not arrive within the body read timeout (answered 408, connection closed).",
+	})
 	m.Registry.MustRegister(m.Requests, m.Duration, m.Acquires, m.Waiters, m.Handoff,
-		m.RedisErrors, m.PubSubReconnects, m.WaitUnacked, m.Undos,
+		m.RedisErrors, m.PubSubReconnects, m.WaitUnacked, m.Undos, m.BodyReadTimeouts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
