@@ -25,6 +25,9 @@ type Config struct {
 	// acknowledge it, at most WaitTimeout; see store.Options.
 	WaitReplicas int           `envconfig:"WAIT_REPLICAS" default:"0"`
 	WaitTimeout  time.Duration `envconfig:"WAIT_TIMEOUT" default:"100ms"`
+	// FenceGuard is how long a name's fence key outlives its last grant; fences
+	// only grow as long as the Redis clock never steps back by more than this.
+	FenceGuard time.Duration `envconfig:"FENCE_GUARD" default:"1h"`
 	// DebugAddr, when set, serves Go's runtime profiles there (debug.go).
 	DebugAddr string `envconfig:"DEBUG_ADDR"`
 }
@@ -59,6 +62,9 @@ func (c Config) validate() error {
 		errs = append(errs, errors.New("BATON_WAIT_REPLICAS needs BATON_REDIS_URL: the embedded store has no replicas"))
 	}
 	// WAIT must end well within the Redis client's 2s read timeout.
+	if c.FenceGuard < time.Second {
+		errs = append(errs, fmt.Errorf("BATON_FENCE_GUARD (%v) must be at least 1s: it is the longest backward step of the Redis clock fences survive", c.FenceGuard))
+	}
 	if c.WaitTimeout < time.Millisecond || c.WaitTimeout > time.Second {
 		errs = append(errs, fmt.Errorf("BATON_WAIT_TIMEOUT (%v) must be between 1ms and 1s", c.WaitTimeout))
 	}

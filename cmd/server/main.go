@@ -87,7 +87,7 @@ func serve(ctx context.Context, cfg Config, log zerolog.Logger, listening func(n
 	met := metrics.New()
 	st := store.New(rdb, store.Options{
 		Prefix: cfg.KeyPrefix, TicketTTL: cfg.TicketTTL, MaxWaiters: cfg.MaxWaiters, Logger: log, Metrics: met,
-		WaitReplicas: cfg.WaitReplicas, WaitTimeout: cfg.WaitTimeout,
+		WaitReplicas: cfg.WaitReplicas, WaitTimeout: cfg.WaitTimeout, FenceGuard: cfg.FenceGuard,
 	})
 	defer st.Close()
 	if err := st.Ready(ctx); err != nil {
