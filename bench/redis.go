@@ -53,14 +53,14 @@ func (s *scriptLocker) keys(name string) []string {
 func (s *scriptLocker) pair(ctx context.Context, name string) error {
 	lh := leaseHash()
 	keys := s.keys(name)
-	v, err := s.acq.Run(ctx, s.rdb, keys, lh, 30000, "", "new", "", "", 0, 0).Slice()
+	v, err := s.acq.Run(ctx, s.rdb, keys, lh, 30000, "", "new", "", "", 0, 0, "", "0", "0").Slice()
 	if err != nil {
 		return fmt.Errorf("acquire script: %w", err)
 	}
 	if code, _ := v[0].(string); code != "granted" {
 		return fmt.Errorf("acquire script: %v", v[0])
 	}
-	v, err = s.rel.Run(ctx, s.rdb, keys[:3], lh).Slice()
+	v, err = s.rel.Run(ctx, s.rdb, keys[:3], lh, "", "0").Slice()
 	if err != nil {
 		return fmt.Errorf("release script: %w", err)
 	}
@@ -106,7 +106,7 @@ func scriptHandoff(rdb *redis.Client, s *scriptLocker) handoffRound {
 	return func(ctx context.Context, name string, n int, ch *chain) error {
 		keys := s.keys(name)
 		holder := leaseHash()
-		v, err := s.acq.Run(ctx, rdb, keys, holder, 60000, "", "new", "", "", 0, 0).Slice()
+		v, err := s.acq.Run(ctx, rdb, keys, holder, 60000, "", "new", "", "", 0, 0, "", "0", "0").Slice()
 		if err != nil {
 			return err
 		}
@@ -124,7 +124,7 @@ func scriptHandoff(rdb *redis.Client, s *scriptLocker) handoffRound {
 			th := leaseHash()
 			leases[i] = leaseHash()
 			tkeys := []string{keys[0], keys[1], keys[2], keys[0] + ":t:" + th}
-			v, err := s.acq.Run(ctx, rdb, tkeys, leaseHash(), 60000, "", "fair", th, leases[i], 10000, 60000).Slice()
+			v, err := s.acq.Run(ctx, rdb, tkeys, leaseHash(), 60000, "", "fair", th, leases[i], 10000, 60000, "", "0", "0").Slice()
 			if err != nil {
 				return err
 			}
@@ -135,7 +135,7 @@ func scriptHandoff(rdb *redis.Client, s *scriptLocker) handoffRound {
 		}
 		release := func(lh string) error {
 			ch.releasing()
-			v, err := s.rel.Run(ctx, rdb, keys[:3], lh).Slice()
+			v, err := s.rel.Run(ctx, rdb, keys[:3], lh, "", "0").Slice()
 			if err == nil && v[0] != "released" {
 				err = fmt.Errorf("release: %v", v[0])
 			}

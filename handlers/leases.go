@@ -4,12 +4,14 @@ import (
 	"net/http"
 
 	"github.com/go-chi/chi/v5"
+
+	"github.com/batonhq/baton/store"
 )
 
 // getLease serves GET /v1/locks/{name}/leases/{lease}.
 func (s *server) getLease() http.Handler {
 	return s.noBody(func(r *http.Request, name string) (any, error) {
-		l, err := s.store.Lease(r.Context(), name, chi.URLParam(r, "lease"))
+		l, err := s.store.Lease(r.Context(), ref(r, name, "lease"))
 		if err != nil {
 			return nil, err
 		}
@@ -30,7 +32,7 @@ func (s *server) renew() http.Handler {
 			s.fail(w, r, err)
 			return
 		}
-		l, err := s.store.Renew(r.Context(), name, chi.URLParam(r, "lease"), ttl)
+		l, err := s.store.Renew(r.Context(), ref(r, name, "lease"), ttl)
 		if err != nil {
 			s.fail(w, r, err)
 			return
@@ -42,7 +44,7 @@ func (s *server) renew() http.Handler {
 // release serves DELETE /v1/locks/{name}/leases/{lease}.
 func (s *server) release() http.Handler {
 	return s.noBody(func(r *http.Request, name string) (any, error) {
-		rel, err := s.store.Release(r.Context(), name, chi.URLParam(r, "lease"))
+		rel, err := s.store.Release(r.Context(), ref(r, name, "lease"))
 		if err != nil {
 			return nil, err
 		}
@@ -65,4 +67,10 @@ func (s *server) noBody(call func(r *http.Request, name string) (any, error)) ht
 		}
 		writeJSON(w, http.StatusOK, v)
 	})
+}
+
+// ref names the lease or ticket in the path parameter param of a lock route, as
+// asked for by the request's principal.
+func ref(r *http.Request, name, param string) store.Ref {
+	return store.Ref{Name: name, ID: chi.URLParam(r, param), By: principalID(r)}
 }

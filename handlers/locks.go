@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"fmt"
 	"net/http"
 
 	"github.com/batonhq/baton/store"
@@ -8,20 +9,13 @@ import (
 
 // acquire serves POST /v1/locks/{name}: grant (201), re-entry (200), queued (202).
 func (s *server) acquire() http.Handler {
-	type request struct {
-		TTLms  *int64  `json:"ttl_ms"`
-		WaitMs *int64  `json:"wait_ms"`
-		Fair   bool    `json:"fair"`
-		Owner  *string `json:"owner"`
-		Lease  *string `json:"lease"`
-	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req request
+		var req acquireBody
 		name, err := readRequest(w, r, &req)
 		var ar store.AcquireRequest
 		var applied string
 		if err == nil {
-			ar, applied, err = s.acquireRequest(r, name, req.TTLms, req.WaitMs, req.Fair, req.Owner, req.Lease)
+			ar, applied, err = s.acquireRequest(r, name, req)
 		}
 		if err != nil {
 			s.fail(w, r, err)
@@ -48,30 +42,58 @@ func (s *server) acquire() http.Handler {
 	})
 }
 
-func (s *server) acquireRequest(r *http.Request, name string, ttlMs, waitMs *int64, fair bool, owner, lease *string) (store.AcquireRequest, string, error) {
-	ttl, err := s.limits.ttl(ttlMs, s.limits.DefaultTTL)
+// acquireBody is the body of POST /v1/locks/{name}.
+type acquireBody struct {
+	TTLms  *int64  `json:"ttl_ms"`
+	WaitMs *int64  `json:"wait_ms"`
+	Fair   bool    `json:"fair"`
+	Owner  *string `json:"owner"`
+	Lease  *string `json:"lease"`
+	Shared *bool   `json:"shared"`
+	Limit  *int64  `json:"limit"`
+}
+
+// maxLimit bounds a shared hold's limit: past it, "no limit" says the same.
+const maxLimit = 1_000_000_000
+
+func (s *server) acquireRequest(r *http.Request, name string, b acquireBody) (store.AcquireRequest, string, error) {
+	ttl, err := s.limits.ttl(b.TTLms, s.limits.DefaultTTL)
 	if err != nil {
 		return store.AcquireRequest{}, "", err
 	}
-	wait, applied, err := s.limits.wait(r, waitMs)
+	wait, applied, err := s.limits.wait(r, b.WaitMs)
 	if err != nil {
 		return store.AcquireRequest{}, "", err
 	}
-	ar := store.AcquireRequest{Name: name, TTL: ttl, Wait: wait, Fair: fair}
-	if owner != nil {
-		if err := checkLabel("owner", *owner); err != nil {
+	ar := store.AcquireRequest{Name: name, TTL: ttl, Wait: wait, Fair: b.Fair, By: principalID(r)}
+	if b.Owner != nil {
+		if err := checkLabel("owner", *b.Owner); err != nil {
 			return ar, "", err
 		}
-		ar.Owner = *owner
+		ar.Owner = *b.Owner
 	}
-	if lease != nil {
-		if *lease == "" {
+	if b.Shared != nil {
+		ar.Shared, ar.ModeGiven = *b.Shared, true
+	}
+	if b.Limit != nil {
+		switch {
+		case !ar.Shared:
+			return ar, "", invalid("limit", "only with shared: true (a limit counts shared holds)")
+		case *b.Limit < 1 || *b.Limit > maxLimit:
+			return ar, "", invalid("limit", fmt.Sprintf("must be between 1 and %d", maxLimit))
+		}
+		ar.Limit = int(*b.Limit)
+	}
+	if b.Lease != nil {
+		switch {
+		case *b.Lease == "":
 			return ar, "", invalid("lease", "must not be empty")
-		}
-		if fair {
+		case b.Fair:
 			return ar, "", invalid("fair", "cannot be combined with lease: a re-entry never queues")
+		case b.Limit != nil:
+			return ar, "", invalid("limit", "cannot be combined with lease: a re-entry keeps its hold's limit")
 		}
-		ar.Lease = *lease
+		ar.Lease = *b.Lease
 	}
 	return ar, applied, nil
 }

@@ -22,6 +22,8 @@ type problem struct {
 	TTLms   *int64            `json:"ttl_ms,omitempty"`
 	Owner   *string           `json:"owner,omitempty"`
 	Waiters *int              `json:"waiters,omitempty"`
+	// Limit is the lock's limit on a 409 limit-mismatch: a number, or null.
+	Limit any `json:"limit,omitempty"`
 }
 
 // Errors the HTTP layer itself raises; everything else comes from the store.
@@ -51,6 +53,7 @@ func writeError(w http.ResponseWriter, r *http.Request, log *zerolog.Logger, err
 	p := problem{}
 	var verr *validationError
 	var held *store.HeldError
+	var limit *store.LimitError
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.As(err, &verr):
@@ -70,6 +73,16 @@ func writeError(w http.ResponseWriter, r *http.Request, log *zerolog.Logger, err
 	case errors.Is(err, store.ErrLeaseNotHeld):
 		p = kind("lease-not-held", 404, "Lease not held",
 			"This lease is not held: it expired, was released, was taken by force, or never existed.")
+	case errors.As(err, &limit):
+		p = kind("limit-mismatch", 409, "Limit mismatch",
+			"Every shared holder of a lock must ask for the same limit; the lock's shared holds have another one (see limit).")
+		p.Limit = json.RawMessage("null")
+		if limit.Limit > 0 {
+			p.Limit = limit.Limit
+		}
+	case errors.Is(err, store.ErrModeMismatch):
+		p = kind("invalid-request", 400, "Invalid request", "The request has invalid fields.")
+		p.Errors = map[string]string{"shared": "does not match the hold's mode: a re-entry keeps its mode (there is no upgrade from shared to exclusive)"}
 	case errors.Is(err, store.ErrTicketGone):
 		p = kind("ticket-gone", 410, "Ticket gone",
 			"This ticket is no longer queued: it expired, was cancelled, or never existed.")

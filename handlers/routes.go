@@ -20,13 +20,13 @@ import (
 // Locker is what the HTTP layer needs of the lock store.
 type Locker interface {
 	Acquire(ctx context.Context, r store.AcquireRequest) (store.AcquireResult, error)
-	Lease(ctx context.Context, name, lease string) (*store.Lease, error)
-	Renew(ctx context.Context, name, lease string, ttl time.Duration) (*store.Lease, error)
-	Release(ctx context.Context, name, lease string) (store.Release, error)
+	Lease(ctx context.Context, l store.Ref) (*store.Lease, error)
+	Renew(ctx context.Context, l store.Ref, ttl time.Duration) (*store.Lease, error)
+	Release(ctx context.Context, l store.Ref) (store.Release, error)
 	Force(ctx context.Context, name string) (bool, error)
 	Watch(ctx context.Context, name string, fence *int64, wait time.Duration) (store.State, error)
-	Poll(ctx context.Context, name, ticket string, wait time.Duration) (store.PollResult, error)
-	Cancel(ctx context.Context, name, ticket string) error
+	Poll(ctx context.Context, t store.Ref, wait time.Duration) (store.PollResult, error)
+	Cancel(ctx context.Context, t store.Ref) error
 	Ready(ctx context.Context) error
 }
 

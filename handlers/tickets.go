@@ -2,8 +2,6 @@ package handlers
 
 import (
 	"net/http"
-
-	"github.com/go-chi/chi/v5"
 )
 
 // poll serves GET /v1/locks/{name}/tickets/{ticket}: 200 with the lease once
@@ -20,7 +18,7 @@ func (s *server) poll() http.Handler {
 			return
 		}
 		p.apply(w)
-		res, err := s.store.Poll(r.Context(), name, chi.URLParam(r, "ticket"), p.wait)
+		res, err := s.store.Poll(r.Context(), ref(r, name, "ticket"), p.wait)
 		switch {
 		case err != nil:
 			s.fail(w, r, err)
@@ -37,7 +35,7 @@ func (s *server) cancel() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name, err := readRequest(w, r, nil)
 		if err == nil {
-			err = s.store.Cancel(r.Context(), name, chi.URLParam(r, "ticket"))
+			err = s.store.Cancel(r.Context(), ref(r, name, "ticket"))
 		}
 		if err != nil {
 			s.fail(w, r, err)

@@ -1,9 +1,9 @@
 -- abandon.lua: undo what a request may have been granted or queued when its
 -- client went away or its own answer was lost (a call that timed out may still
--- run once Redis reads it). The ticket leaves the queue; a lock held under one of
--- the request's lease hashes is freed, whatever its count, and handed on in the
--- same step; and a tombstone stops the request's own acquire script, should it
--- run after this one, from granting or queueing (acquire.lua checks it).
+-- run once Redis reads it). The ticket leaves the queue; a hold under one of the
+-- request's lease hashes ends, whatever its count, and the lock is handed on in
+-- the same step; and a tombstone stops the request's own acquire script, should
+-- it run after this one, from granting or queueing (acquire.lua checks it).
 --
 -- KEYS: 1 lock, 2 fence, 3 queue (see lib.lua); 4 ticket key P:{N}:t:<ticket hash>
 --       (any key of the lock's slot when there is no ticket)
@@ -12,7 +12,7 @@
 --       3 lease hash the ticket is granted under, or ''
 --       4 tombstone ms (0: none)
 -- Replies:
---   {'abandoned', 'released'}   a hold was freed (and handed on)
+--   {'abandoned', 'released'}   a hold ended (and the lock was handed on)
 --   {'abandoned', 'cancelled'}  a ticket left the queue, nothing was held
 --   {'abandoned', 'none'}       nothing of the request was there
 local now = now_ms()
@@ -20,6 +20,7 @@ local lh, th, tlh, tomb = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 if tomb > 0 then
   redis.call('SET', lock .. ':x:' .. lh, '1', 'PX', tomb)
 end
+prune_shared(now)
 local what = 'none'
 if th ~= '' then
   redis.call('ZREM', queue, th)
@@ -27,11 +28,15 @@ if th ~= '' then
     what = 'cancelled'
   end
 end
-local holder = redis.call('HGET', lock, 'lease')
-if holder and (holder == lh or (tlh ~= '' and holder == tlh)) then
-  redis.call('DEL', lock)
-  handoff(now)
-  return {'abandoned', 'released'}
+for _, h in ipairs({lh, tlh}) do
+  if h ~= '' then
+    local kind, key = find_hold(h)
+    if kind then
+      end_hold(kind, key, h)
+      handoff(now, true)
+      return {'abandoned', 'released'}
+    end
+  end
 end
 settle(now)
 return {'abandoned', what}

@@ -2,20 +2,32 @@
 -- each script, so the helpers run inside the same atomic call.
 --
 -- KEYS, the same first three for every script (prefix P, lock name N):
---   KEYS[1]  P:{N}        lock hash: lease (SHA-256 of the lease id), count, fence,
---                         owner, ttl (ms of the last grant or renewal), at (grant
---                         time, ms), tk (ticket hash while a handoff is unclaimed)
+--   KEYS[1]  P:{N}        the exclusive hold, while there is one: a hash of lease
+--                         (SHA-256 of the lease id) and the hold's fields (below)
 --   KEYS[2]  P:{N}:fence  the last fence issued
 --   KEYS[3]  P:{N}:q      queue: ticket hash -> arrival sequence
 -- Derived from KEYS[1], so they share its hash slot:
+--   P:{N}:s               shared holds: lease hash -> deadline (Redis ms)
+--   P:{N}:s:<lease hash>  one shared hold's fields; PEXPIRE = its deadline
+--   P:{N}:sl              the shared holds' limit ('0': none), while there are any
 --   P:{N}:t:<ticket hash> ticket hash: lh (lease hash it will be granted under),
---                         ttl, owner, tt (ticket ttl ms), p (poll deadline, ms);
---                         its existence is the ticket's liveness
+--                         ttl, owner, tt (ticket ttl ms), p (poll deadline, ms),
+--                         by, sh ('1' shared), lim; its existence is its liveness
 --   P:{N}:x:<lease hash>  tombstone of an abandoned request (abandon.lua), kept
 --                         briefly so that its acquire, run late, grants nothing
---   P:{N}:ev              pub/sub channel: 'r' (released, nobody queued) or
---                         'g:<ticket hash>:<fence>:<at>:<window ms>:<claimed 1|0>:<owner>'
+--   P:{N}:ev              pub/sub channel: 'r' (a hold ended and nobody is
+--                         queued), 'c' (the holds changed, nobody granted, the
+--                         queue waits) or
+--                         'g:<ticket hash>:<fence>:<at>:<window ms>:<claimed 1|0>:<shared 1|0>:<limit>:<owner>'
 --                         (granted to that ticket; claimed when its waiter was polling)
+--
+-- A hold's fields, the same in the exclusive hash and a shared hold's hash: count,
+-- fence, owner, ttl (ms of the last grant or renewal), at (grant time, ms), tk
+-- (ticket hash while a handoff is unclaimed), by (the principal that made it),
+-- lim (shared: the limit it was granted under). A hold lives while Redis time <=
+-- its deadline (PEXPIRE; for shared holds also the score in P:{N}:s): every
+-- script first drops shared holds whose deadline has passed (expiry runs no
+-- script), then decides.
 --
 -- Numbers above 2^31 (fences, times) travel as strings: Lua numbers are doubles and
 -- tostring would print them in exponent form.
@@ -26,6 +38,7 @@
 local lock, fencekey, queue = KEYS[1], KEYS[2], KEYS[3]
 local channel = lock .. ':ev'
 local tprefix = lock .. ':t:'
+local shkey, slkey, sprefix = lock .. ':s', lock .. ':sl', lock .. ':s:'
 
 local function str(n)
   return string.format('%.0f', n)
@@ -36,11 +49,16 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- keep_at_least makes key live at least ms from now.
+local function keep_at_least(key, ms)
+  if redis.call('PTTL', key) < ms then
+    redis.call('PEXPIRE', key, ms)
+  end
+end
+
 -- keep_fence makes the fence key live at least ms from now.
 local function keep_fence(ms)
-  if redis.call('PTTL', fencekey) < ms then
-    redis.call('PEXPIRE', fencekey, ms)
-  end
+  keep_at_least(fencekey, ms)
 end
 
 -- next_fence issues max(last + 1, now * 1000) for a grant whose lease (or claim
@@ -73,6 +91,54 @@ local function waiters()
   return redis.call('ZCARD', queue)
 end
 
+-- prune_shared drops shared holds whose deadline has passed and returns how many.
+-- (Their hashes expire at the same deadline by themselves.)
+local function prune_shared(now)
+  local n = redis.call('ZREMRANGEBYSCORE', shkey, '-inf', '(' .. str(now))
+  if n > 0 and redis.call('EXISTS', shkey) == 0 then
+    redis.call('DEL', slkey)
+  end
+  return n
+end
+
+local function shared_count()
+  return redis.call('ZCARD', shkey)
+end
+
+-- find_hold returns the kind ('x' or 's') and key of the live hold under lease
+-- hash lh, or nil. Shared holds must have been pruned.
+local function find_hold(lh)
+  if redis.call('HGET', lock, 'lease') == lh then
+    return 'x', lock
+  end
+  if redis.call('ZSCORE', shkey, lh) then
+    return 's', sprefix .. lh
+  end
+  return nil, nil
+end
+
+-- set_deadline makes a hold live ttl ms from now.
+local function set_deadline(kind, key, lh, ttl, now)
+  redis.call('PEXPIRE', key, ttl)
+  if kind == 's' then
+    redis.call('ZADD', shkey, str(now + ttl), lh)
+    keep_at_least(shkey, ttl)
+    keep_at_least(slkey, ttl)
+  end
+  keep_fence(ttl)
+end
+
+-- end_hold removes a hold entirely (whatever its count).
+local function end_hold(kind, key, lh)
+  redis.call('DEL', key)
+  if kind == 's' then
+    redis.call('ZREM', shkey, lh)
+    if redis.call('EXISTS', shkey) == 0 then
+      redis.call('DEL', slkey)
+    end
+  end
+end
+
 -- head_ticket drops dead tickets (their key expired) from the head of the queue and
 -- returns the hash of the first live one, or nil.
 local function head_ticket()
@@ -88,59 +154,136 @@ local function head_ticket()
   end
 end
 
-local function grant(lh, ttl, owner, now, fence, window, tk)
-  redis.call('HSET', lock, 'lease', lh, 'count', 1, 'fence', str(fence), 'owner', owner,
-    'ttl', ttl, 'at', str(now), 'tk', tk)
-  redis.call('PEXPIRE', lock, window)
-end
-
--- handoff is called on a free lock. It grants the lock to the head live ticket and
--- wakes exactly that ticket's waiter, or announces 'r' when nobody is queued.
--- A ticket whose owner is polling gets its full ttl at once (the waiter answers
--- with the lease straight from the message); otherwise the grant is kept for the
--- ticket ttl, and the first poll claims it. Returns true when it granted.
-local function handoff(now)
-  local th = head_ticket()
-  if not th then
-    redis.call('PUBLISH', channel, 'r')
-    return false
-  end
-  local tkey = tprefix .. th
-  local t = redis.call('HMGET', tkey, 'lh', 'ttl', 'owner', 'tt', 'p')
-  local window, tk, claimed = tonumber(t[4]), th, '0'
-  if (tonumber(t[5]) or 0) >= now then
-    window, tk, claimed = tonumber(t[2]), '', '1'
-  end
-  -- The key must outlive the full lease even when the grant waits for its claim.
-  local fence = next_fence(now, t[2])
-  grant(t[1], t[2], t[3], now, fence, window, tk)
-  redis.call('ZREM', queue, th)
-  redis.call('DEL', tkey)
-  head_ticket() -- the next head may be dead too
-  redis.call('PUBLISH', channel,
-    'g:' .. th .. ':' .. str(fence) .. ':' .. str(now) .. ':' .. str(window) .. ':' .. claimed .. ':' .. t[3])
-  return true
-end
-
--- settle drops dead tickets from the head of the queue and hands a lock that
--- expired (expiry runs no script) to the head live ticket. Returns true when the
--- lock is held afterwards.
-local function settle(now)
-  local th = head_ticket()
+-- fits reports whether a new hold of the mode fits the lock's holds now: an
+-- exclusive one when there are none, a shared one when there is no exclusive
+-- hold and fewer than its limit ('0': none) shared ones under the same limit.
+-- A shared request under another limit than the shared holds' does not fit, and
+-- mismatch is true.
+local function fits(shared, limit)
   if redis.call('EXISTS', lock) == 1 then
-    return true
+    return false, false
   end
-  if th == nil then
-    return false
+  local n = shared_count()
+  if not shared then
+    return n == 0, false
   end
-  return handoff(now)
+  if n == 0 then
+    return true, false
+  end
+  if redis.call('GET', slkey) ~= limit then
+    return false, true
+  end
+  local lim = tonumber(limit)
+  return lim == 0 or n < lim, false
 end
 
--- lease_reply describes the current holder: {code, fence, count, pttl, at, owner,
--- ttl, now}.
-local function lease_reply(code, now)
-  local h = redis.call('HMGET', lock, 'fence', 'count', 'at', 'owner', 'ttl')
-  return {code, h[1], tonumber(h[2]), redis.call('PTTL', lock), h[3], h[4], tonumber(h[5]), str(now)}
+-- grant creates a hold under lease hash lh for window ms (the lease, or a claim
+-- window for an unclaimed handoff, with tk the ticket hash).
+local function grant(shared, limit, lh, ttl, owner, by, now, fence, window, tk)
+  local key, kind = lock, 'x'
+  if shared then
+    key, kind = sprefix .. lh, 's'
+    redis.call('SET', slkey, limit, 'KEEPTTL')
+  end
+  redis.call('HSET', key, 'count', 1, 'fence', str(fence), 'owner', owner, 'ttl', ttl, 'at', str(now),
+    'tk', tk, 'by', by, 'lim', limit)
+  if not shared then
+    redis.call('HSET', key, 'lease', lh)
+  end
+  set_deadline(kind, key, lh, window, now)
+end
+
+-- handoff grants the lock to the head live ticket while it fits (an exclusive one
+-- when no holds are left; a run of shared ones while there is a free slot), waking
+-- exactly each granted ticket's waiter. A ticket whose owner is polling gets its
+-- full ttl at once (the waiter answers with the lease straight from the message);
+-- otherwise the grant is kept for the ticket ttl, and the first poll claims it.
+-- When it grants nothing and announce is true (a hold just ended), it announces
+-- 'r' if nobody is queued (a non-fair waiter may try), else 'c' (the holds
+-- changed: for watchers). Returns how many it granted.
+local function handoff(now, announce)
+  local granted = 0
+  while true do
+    local th = head_ticket()
+    if not th then
+      break
+    end
+    local tkey = tprefix .. th
+    local t = redis.call('HMGET', tkey, 'lh', 'ttl', 'owner', 'tt', 'p', 'by', 'sh', 'lim')
+    local shared, limit = t[7] == '1', t[8] or '0'
+    if not fits(shared, limit) then
+      break
+    end
+    local window, tk, claimed = tonumber(t[4]), th, '0'
+    if (tonumber(t[5]) or 0) >= now then
+      window, tk, claimed = tonumber(t[2]), '', '1'
+    end
+    -- The fence key must outlive the full lease even when the grant waits for its claim.
+    local fence = next_fence(now, t[2])
+    grant(shared, limit, t[1], t[2], t[3], t[6] or '', now, fence, window, tk)
+    redis.call('ZREM', queue, th)
+    redis.call('DEL', tkey)
+    local sh = '0'
+    if shared then
+      sh = '1'
+    end
+    redis.call('PUBLISH', channel, 'g:' .. th .. ':' .. str(fence) .. ':' .. str(now) .. ':' .. str(window) ..
+      ':' .. claimed .. ':' .. sh .. ':' .. limit .. ':' .. t[3])
+    granted = granted + 1
+  end
+  if granted == 0 and announce then
+    if redis.call('EXISTS', queue) == 0 then
+      redis.call('PUBLISH', channel, 'r')
+    else
+      redis.call('PUBLISH', channel, 'c')
+    end
+  end
+  return granted
+end
+
+-- settle drops expired shared holds and dead tickets from the head of the queue,
+-- and hands a lock whose holds ended by expiry (which runs no script) to the head
+-- live tickets that fit.
+local function settle(now)
+  prune_shared(now)
+  if head_ticket() and redis.call('EXISTS', lock) == 0 then
+    handoff(now, false)
+  end
+end
+
+-- hold_reply describes a hold: {code, fence, count, pttl, at, owner, ttl, now,
+-- shared 0/1, limit}.
+local function hold_reply(code, now, kind, key)
+  local h = redis.call('HMGET', key, 'fence', 'count', 'at', 'owner', 'ttl', 'lim')
+  local sh = 0
+  if kind == 's' then
+    sh = 1
+  end
+  return {code, h[1], tonumber(h[2]), redis.call('PTTL', key), h[3], h[4], tonumber(h[5]), str(now), sh, h[6] or '0'}
+end
+
+-- soonest is the hold that ends first ({key, pttl}) when the lock has holds:
+-- the exclusive one, or the shared one with the earliest deadline.
+local function soonest(now)
+  if redis.call('EXISTS', lock) == 1 then
+    return lock, redis.call('PTTL', lock)
+  end
+  local first = redis.call('ZRANGE', shkey, 0, 0, 'WITHSCORES')
+  if #first == 0 then
+    return nil, 0
+  end
+  return sprefix .. first[1], math.max(tonumber(first[2]) - now, 0)
+end
+
+-- busy_reply: {'busy', pttl, owner, waiters}: the soonest-ending hold's time and
+-- owner (when a slot or the lock frees), and the queue.
+local function busy_reply(now)
+  local key, pttl = soonest(now)
+  local owner = ''
+  if key then
+    owner = redis.call('HGET', key, 'owner') or ''
+  end
+  return {'busy', pttl, owner, waiters()}
 end
 
 -- keep_ticket keeps a ticket alive for its ticket ttl plus the poll now starting
@@ -153,16 +296,15 @@ local function keep_ticket(tkey, now, poll_ms)
   end
   redis.call('HSET', tkey, 'p', str(p))
   redis.call('PEXPIRE', tkey, life)
-  if redis.call('PTTL', queue) < life then
-    redis.call('PEXPIRE', queue, life)
-  end
+  keep_at_least(queue, life)
   keep_fence(life)
 end
 
--- queued_reply: {'queued', position, waiters, lock pttl, ticket ttl}.
-local function queued_reply(th, tkey)
+-- queued_reply: {'queued', position, waiters, soonest hold's pttl, ticket ttl}.
+local function queued_reply(th, tkey, now)
   local rank = redis.call('ZRANK', queue, th)
-  return {'queued', rank + 1, waiters(), redis.call('PTTL', lock), tonumber(redis.call('HGET', tkey, 'tt'))}
+  local _, pttl = soonest(now)
+  return {'queued', rank + 1, waiters(), pttl, tonumber(redis.call('HGET', tkey, 'tt'))}
 end
 
 -- End of lib.lua.

@@ -1,19 +1,27 @@
--- release.lua: release one hold; at zero, free the lock and in the same step hand
--- it to the head live ticket (or announce 'r' when nobody is queued).
+-- release.lua: release one hold (or all of its count); when a hold ends, hand
+-- the lock in the same step to the head live tickets that now fit (or announce
+-- it: 'r' when nobody is queued, 'c' otherwise).
 --
 -- KEYS: 1 lock, 2 fence, 3 queue (see lib.lua)
 -- ARGV: 1 lease hash
+--       2 by: the principal releasing
+--       3 '1': release the whole count at once; '0': one hold
 -- Replies:
---   {'released', holds left, 1 if the lock was freed or handed on else 0}
+--   {'released', holds left, 1 if the hold ended else 0}
 --   {'not_held'}
 local now = now_ms()
-if redis.call('HGET', lock, 'lease') ~= ARGV[1] then
+prune_shared(now)
+local lh = ARGV[1]
+local kind, key = find_hold(lh)
+if not kind or redis.call('HGET', key, 'by') ~= ARGV[2] then
   return {'not_held'}
 end
-local left = redis.call('HINCRBY', lock, 'count', -1)
-if left > 0 then
-  return {'released', left, 0}
+if ARGV[3] ~= '1' then
+  local left = redis.call('HINCRBY', key, 'count', -1)
+  if left > 0 then
+    return {'released', left, 0}
+  end
 end
-redis.call('DEL', lock)
-handoff(now)
+end_hold(kind, key, lh)
+handoff(now, true)
 return {'released', 0, 1}

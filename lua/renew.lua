@@ -3,18 +3,21 @@
 -- KEYS: 1 lock, 2 fence, 3 queue (see lib.lua)
 -- ARGV: 1 lease hash
 --       2 ttl ms; '0' keeps the ttl of the last grant or renewal
+--       3 by: the principal renewing
 -- Replies:
---   {'renewed', fence, count, pttl, at, owner, ttl, now}
+--   {'renewed', fence, count, pttl, at, owner, ttl, now, shared, limit}
 --   {'not_held'}
 local now = now_ms()
-if redis.call('HGET', lock, 'lease') ~= ARGV[1] then
+prune_shared(now)
+local lh = ARGV[1]
+local kind, key = find_hold(lh)
+if not kind or redis.call('HGET', key, 'by') ~= ARGV[3] then
   return {'not_held'}
 end
 local ttl = ARGV[2]
 if ttl == '0' then
-  ttl = redis.call('HGET', lock, 'ttl')
+  ttl = redis.call('HGET', key, 'ttl')
 end
-redis.call('HSET', lock, 'ttl', ttl, 'tk', '')
-redis.call('PEXPIRE', lock, ttl)
-keep_fence(tonumber(ttl))
-return lease_reply('renewed', now)
+redis.call('HSET', key, 'ttl', ttl, 'tk', '')
+set_deadline(kind, key, lh, tonumber(ttl), now)
+return hold_reply('renewed', now, kind, key)

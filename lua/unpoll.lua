@@ -21,10 +21,14 @@ if redis.call('EXISTS', KEYS[4]) == 1 then
   keep_ticket(KEYS[4], now, 0)
   return {'queued'}
 end
-if redis.call('HGET', lock, 'lease') == tlh then
-  if redis.call('HGET', lock, 'count') == '1' and redis.call('PTTL', lock) > tt then
-    redis.call('HSET', lock, 'tk', th)
-    redis.call('PEXPIRE', lock, tt)
+local kind, key = find_hold(tlh)
+if kind then
+  if redis.call('HGET', key, 'count') == '1' and redis.call('PTTL', key) > tt then
+    redis.call('HSET', key, 'tk', th)
+    redis.call('PEXPIRE', key, tt)
+    if kind == 's' then
+      redis.call('ZADD', shkey, str(now + tt), tlh)
+    end
   end
   return {'unclaimed'}
 end

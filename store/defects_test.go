@@ -41,7 +41,7 @@ func TestHandoffTTLFromRedisClock(t *testing.T) {
 		}
 		got := make(chan store.PollResult, 1)
 		go func() {
-			res, err := s.Poll(ctx, "x", q.Ticket.ID, 10*time.Second)
+			res, err := s.Poll(ctx, store.Ref{Name: "x", ID: q.Ticket.ID}, 10*time.Second)
 			if err != nil {
 				t.Error(err)
 			}
@@ -55,7 +55,7 @@ func TestHandoffTTLFromRedisClock(t *testing.T) {
 			}
 			time.Sleep(time.Millisecond)
 		}
-		if _, err := s.Release(ctx, "x", h.Lease.ID); err != nil {
+		if _, err := s.Release(ctx, store.Ref{Name: "x", ID: h.Lease.ID}); err != nil {
 			t.Fatal(err)
 		}
 		res := <-got

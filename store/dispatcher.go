@@ -49,6 +49,8 @@ type grantMsg struct {
 	at      time.Time
 	window  time.Duration
 	claimed bool // granted with the full ttl because the waiter was polling
+	shared  bool
+	limit   int
 	owner   string
 	recv    time.Time // when this process received the message, by its own clock
 }
@@ -538,6 +540,7 @@ func (d *dispatcher) dispatch(key, payload string) {
 	switch {
 	case payload == "r":
 		c.wakeOneAcquirer()
+	case payload == "c": // the holds changed: only watchers care
 	case strings.HasPrefix(payload, "g:"):
 		th, g = parseGrant(payload)
 		if g == nil {
@@ -560,24 +563,31 @@ func (d *dispatcher) dispatch(key, payload string) {
 	}
 }
 
-// parseGrant reads 'g:<ticket hash>:<fence>:<at>:<window>:<claimed>:<owner>'; the
+// parseGrant reads
+// 'g:<ticket hash>:<fence>:<at>:<window>:<claimed>:<shared>:<limit>:<owner>'; the
 // owner comes last because it may itself contain ':'.
 func parseGrant(p string) (string, *grantMsg) {
-	f := strings.SplitN(p, ":", 7)
-	if len(f) != 7 {
+	f := strings.SplitN(p, ":", 9)
+	if len(f) != 9 {
 		return "", nil
 	}
 	fence, err1 := strconv.ParseInt(f[2], 10, 64)
 	at, err2 := strconv.ParseInt(f[3], 10, 64)
 	window, err3 := strconv.ParseInt(f[4], 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil {
+	limit, err4 := strconv.Atoi(f[7])
+	if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
 		return "", nil
 	}
-	return f[1], &grantMsg{
+	g := &grantMsg{
 		fence:   fence,
 		at:      fromMillis(at),
 		window:  time.Duration(window) * time.Millisecond,
 		claimed: f[5] == "1",
-		owner:   f[6],
+		shared:  f[6] == "1",
+		owner:   f[8],
 	}
+	if g.shared {
+		g.limit = limit
+	}
+	return f[1], g
 }

@@ -7,23 +7,31 @@ import (
 
 // Sentinel errors returned by the Store. Callers compare with errors.Is.
 var (
-	// ErrLockHeld: the lock is held by someone else (or queued waiters come first)
+	// ErrLockHeld: there is no room for the hold (or queued waiters come first)
 	// and the wait, if any, elapsed. The error is a *HeldError with the details.
 	ErrLockHeld = errors.New("lock held")
-	// ErrLeaseNotHeld: the lease expired, was released, taken by force, or never existed.
+	// ErrLeaseNotHeld: the lease expired, was released, taken by force, never
+	// existed, or belongs to another principal.
 	ErrLeaseNotHeld = errors.New("lease not held")
-	// ErrTicketGone: the ticket expired, was cancelled, or never existed.
+	// ErrTicketGone: the ticket expired, was cancelled, never existed, or belongs
+	// to another principal.
 	ErrTicketGone = errors.New("ticket gone")
+	// ErrLimitMismatch: a shared request's limit differs from the lock's shared
+	// holds'. The error is a *LimitError with the lock's limit.
+	ErrLimitMismatch = errors.New("limit mismatch")
+	// ErrModeMismatch: a re-entry named the other mode than its hold's.
+	ErrModeMismatch = errors.New("mode mismatch")
 	// ErrTooManyWaiters: this process already holds its maximum of long-polls.
 	ErrTooManyWaiters = errors.New("too many waiters")
 	// ErrUnavailable: Redis cannot be reached, or the store is shutting down.
 	ErrUnavailable = errors.New("store unavailable")
 )
 
-// HeldError describes the holder and queue of a lock that could not be granted.
+// HeldError describes why a lock could not be granted: its soonest-ending hold
+// and its queue.
 type HeldError struct {
-	TTL     time.Duration // the holder's remaining lease
-	Owner   string        // the holder's owner label
+	TTL     time.Duration // until the soonest-ending hold ends
+	Owner   string        // that hold's owner label
 	Waiters int           // queued tickets
 }
 
@@ -31,3 +39,13 @@ func (e *HeldError) Error() string { return "lock held" }
 
 // Is makes errors.Is(err, ErrLockHeld) true.
 func (e *HeldError) Is(target error) bool { return target == ErrLockHeld }
+
+// LimitError is a shared request's limit that differs from the lock's.
+type LimitError struct {
+	Limit int // the lock's limit; 0 for none
+}
+
+func (e *LimitError) Error() string { return "limit mismatch" }
+
+// Is makes errors.Is(err, ErrLimitMismatch) true.
+func (e *LimitError) Is(target error) bool { return target == ErrLimitMismatch }

@@ -38,7 +38,7 @@ func TestFenceGuardClockSteps(t *testing.T) {
 		if err != nil || res.Lease == nil {
 			t.Fatalf("acquire at %v: %+v, %v", at.Sub(base), res, err)
 		}
-		if _, err := s.Release(ctx, "x", res.Lease.ID); err != nil {
+		if _, err := s.Release(ctx, store.Ref{Name: "x", ID: res.Lease.ID}); err != nil {
 			t.Fatal(err)
 		}
 		return res.Lease.Fence
@@ -94,7 +94,7 @@ func TestFenceKeyLifetime(t *testing.T) {
 	if ttl := rdb.PTTL(ctx, fenceKey).Val(); ttl < 4*time.Second {
 		t.Fatalf("fence key ttl %v while a 5 s hold lasts, want >= the hold's", ttl)
 	}
-	if _, err := s.Release(ctx, "n", lease.Lease.ID); err != nil {
+	if _, err := s.Release(ctx, store.Ref{Name: "n", ID: lease.Lease.ID}); err != nil {
 		t.Fatal(err)
 	}
 	// A renewal past the guard keeps it too.
@@ -102,13 +102,13 @@ func TestFenceKeyLifetime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Renew(ctx, "n", l2.Lease.ID, 3*time.Second); err != nil {
+	if _, err := s.Renew(ctx, store.Ref{Name: "n", ID: l2.Lease.ID}, 3*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if ttl := rdb.PTTL(ctx, fenceKey).Val(); ttl < 2900*time.Millisecond {
 		t.Fatalf("fence key ttl %v after a 3 s renewal, want >= 2.9s", ttl)
 	}
-	if _, err := s.Release(ctx, "n", l2.Lease.ID); err != nil {
+	if _, err := s.Release(ctx, store.Ref{Name: "n", ID: l2.Lease.ID}); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)

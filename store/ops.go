@@ -2,14 +2,16 @@ package store
 
 import (
 	"context"
+	"strconv"
 	"time"
 )
 
-// Acquire grants the lock, re-enters a held lease (r.Lease set), or, with r.Fair,
-// queues a ticket when the lock is not granted within r.Wait. A non-fair request
-// that is not granted within r.Wait returns a *HeldError (ErrLockHeld) and leaves
-// no trace in Redis. Other errors: ErrLeaseNotHeld (re-entry), ErrTooManyWaiters,
-// ErrUnavailable.
+// Acquire grants a hold (exclusive, or shared with r.Shared), re-enters a held
+// lease (r.Lease set), or, with r.Fair, queues a ticket when the lock is not
+// granted within r.Wait. A non-fair request that is not granted within r.Wait
+// returns a *HeldError (ErrLockHeld) and leaves no trace in Redis. Other errors:
+// ErrLeaseNotHeld and ErrModeMismatch (re-entry), a *LimitError
+// (ErrLimitMismatch), ErrTooManyWaiters, ErrUnavailable.
 func (s *Store) Acquire(ctx context.Context, r AcquireRequest) (AcquireResult, error) {
 	if r.Lease != "" {
 		l, err := s.reenter(ctx, r)
@@ -37,8 +39,7 @@ func (s *Store) Acquire(ctx context.Context, r AcquireRequest) (AcquireResult, e
 	// Retried when the connection breaks: the script knows its own lease and
 	// ticket hashes, so a second run answers the first one's grant or ticket
 	// instead of leaving a lock held by a lease nobody was told of.
-	rep, err := s.runGrant(ctx, s.acquire, "acquire", keys, true,
-		lh, ms(r.TTL), r.Owner, mode, th, tlh, ms(s.opt.TicketTTL), 0)
+	rep, err := s.runGrant(ctx, s.acquire, "acquire", keys, true, s.acquireArgs(r, lh, mode, th, tlh, 0)...)
 	if err != nil {
 		s.failed(made, err)
 		return AcquireResult{}, err
@@ -60,6 +61,9 @@ func (s *Store) Acquire(ctx context.Context, r AcquireRequest) (AcquireResult, e
 	case "ticket_granted":
 		s.count("granted")
 		return AcquireResult{Lease: rep.lease(r.Name, ticketLease(tid))}, nil
+	case "limit_mismatch":
+		s.count("limit_mismatch")
+		return AcquireResult{}, &LimitError{Limit: int(rep.int(0))}
 	case "busy":
 		held := rep.held()
 		if r.Wait <= 0 || s.shuttingDown() {
@@ -76,14 +80,25 @@ func (s *Store) Acquire(ctx context.Context, r AcquireRequest) (AcquireResult, e
 	}
 }
 
+// acquireArgs are acquire.lua's ARGV for r under lease hash lh.
+func (s *Store) acquireArgs(r AcquireRequest, lh, mode, th, tlh string, poll time.Duration) []any {
+	shared := "0"
+	if r.Shared {
+		shared = "1"
+	}
+	if mode == "reenter" && !r.ModeGiven {
+		shared = ""
+	}
+	return []any{lh, ms(r.TTL), r.Owner, mode, th, tlh, ms(s.opt.TicketTTL), ms(poll), r.By, shared, strconv.Itoa(r.Limit)}
+}
+
 func (s *Store) reenter(ctx context.Context, r AcquireRequest) (*Lease, error) {
 	if !plausibleID(r.Lease) {
 		s.count("not_held")
 		return nil, ErrLeaseNotHeld
 	}
 	keys := append(s.keys(r.Name), s.keys(r.Name)[0])
-	rep, err := s.runGrant(ctx, s.acquire, "reenter", keys, false,
-		hashID(r.Lease), ms(r.TTL), r.Owner, "reenter", "", "", 0, 0)
+	rep, err := s.runGrant(ctx, s.acquire, "reenter", keys, false, s.acquireArgs(r, hashID(r.Lease), "reenter", "", "", 0)...)
 	if err != nil {
 		s.count("error")
 		return nil, err
@@ -95,6 +110,9 @@ func (s *Store) reenter(ctx context.Context, r AcquireRequest) (*Lease, error) {
 	case "not_held":
 		s.count("not_held")
 		return nil, ErrLeaseNotHeld
+	case "mode_mismatch":
+		s.count("mode_mismatch")
+		return nil, ErrModeMismatch
 	default:
 		return nil, unexpected("reenter", rep)
 	}
@@ -103,17 +121,17 @@ func (s *Store) reenter(ctx context.Context, r AcquireRequest) (*Lease, error) {
 func (s *Store) count(outcome string) { s.m.Acquires.WithLabelValues(outcome).Inc() }
 
 // Lease returns a held lease. Errors: ErrLeaseNotHeld, ErrUnavailable.
-func (s *Store) Lease(ctx context.Context, name, lease string) (*Lease, error) {
-	if !plausibleID(lease) {
+func (s *Store) Lease(ctx context.Context, l Ref) (*Lease, error) {
+	if !plausibleID(l.ID) {
 		return nil, ErrLeaseNotHeld
 	}
-	rep, err := s.run(ctx, s.state, "lease", s.keys(name), true, hashID(lease))
+	rep, err := s.run(ctx, s.state, "lease", s.keys(l.Name), true, hashID(l.ID), l.By)
 	if err != nil {
 		return nil, err
 	}
 	switch rep.code {
 	case "held":
-		return rep.lease(name, lease), nil
+		return rep.lease(l.Name, l.ID), nil
 	case "not_held":
 		return nil, ErrLeaseNotHeld
 	default:
@@ -123,17 +141,17 @@ func (s *Store) Lease(ctx context.Context, name, lease string) (*Lease, error) {
 
 // Renew extends a held lease to ttl (0: the ttl of its last grant or renewal). It
 // never revives a lease that ran out. Errors: ErrLeaseNotHeld, ErrUnavailable.
-func (s *Store) Renew(ctx context.Context, name, lease string, ttl time.Duration) (*Lease, error) {
-	if !plausibleID(lease) {
+func (s *Store) Renew(ctx context.Context, l Ref, ttl time.Duration) (*Lease, error) {
+	if !plausibleID(l.ID) {
 		return nil, ErrLeaseNotHeld
 	}
-	rep, err := s.runGrant(ctx, s.renew, "renew", s.keys(name), true, hashID(lease), ms(ttl))
+	rep, err := s.runGrant(ctx, s.renew, "renew", s.keys(l.Name), true, hashID(l.ID), ms(ttl), l.By)
 	if err != nil {
 		return nil, err
 	}
 	switch rep.code {
 	case "renewed":
-		return rep.lease(name, lease), nil
+		return rep.lease(l.Name, l.ID), nil
 	case "not_held":
 		return nil, ErrLeaseNotHeld
 	default:
@@ -141,19 +159,28 @@ func (s *Store) Renew(ctx context.Context, name, lease string, ttl time.Duration
 	}
 }
 
-// Release releases one hold. At zero holds the lock is freed, or handed to the head
-// live ticket in the same script. Errors: ErrLeaseNotHeld, ErrUnavailable.
-func (s *Store) Release(ctx context.Context, name, lease string) (Release, error) {
-	if !plausibleID(lease) {
+// Release releases one hold of a lease. When its count reaches zero the hold ends
+// and the lock is handed, in the same script, to the head live tickets that now
+// fit. Errors: ErrLeaseNotHeld, ErrUnavailable.
+func (s *Store) Release(ctx context.Context, l Ref) (Release, error) {
+	return s.release1(ctx, l, false)
+}
+
+func (s *Store) release1(ctx context.Context, l Ref, all bool) (Release, error) {
+	if !plausibleID(l.ID) {
 		return Release{}, ErrLeaseNotHeld
 	}
-	rep, err := s.runGrant(ctx, s.release, "release", s.keys(name), false, hashID(lease))
+	whole := "0"
+	if all {
+		whole = "1"
+	}
+	rep, err := s.runGrant(ctx, s.release, "release", s.keys(l.Name), false, hashID(l.ID), l.By, whole)
 	if err != nil {
 		return Release{}, err
 	}
 	switch rep.code {
 	case "released":
-		return Release{Name: name, Count: int(rep.int(0)), Released: rep.int(1) == 1}, nil
+		return Release{Name: l.Name, Count: int(rep.int(0)), Released: rep.int(1) == 1}, nil
 	case "not_held":
 		return Release{}, ErrLeaseNotHeld
 	default:
@@ -161,8 +188,8 @@ func (s *Store) Release(ctx context.Context, name, lease string) (Release, error
 	}
 }
 
-// Force frees the lock whoever holds it and hands it to the head live ticket. It
-// reports whether a holder was removed. Errors: ErrUnavailable.
+// Force ends every hold of the lock, whoever holds it, and hands it to the head
+// live tickets. It reports whether a hold was removed. Errors: ErrUnavailable.
 func (s *Store) Force(ctx context.Context, name string) (bool, error) {
 	rep, err := s.runGrant(ctx, s.force, "force", s.keys(name), false)
 	if err != nil {
@@ -171,12 +198,12 @@ func (s *Store) Force(ctx context.Context, name string) (bool, error) {
 	if rep.code != "forced" {
 		return false, unexpected("force", rep)
 	}
-	return rep.int(0) == 1, nil
+	return rep.int(0) > 0, nil
 }
 
 // State returns the lock's state. Errors: ErrUnavailable.
 func (s *Store) State(ctx context.Context, name string) (State, error) {
-	rep, err := s.run(ctx, s.state, "state", s.keys(name), true, "")
+	rep, err := s.run(ctx, s.state, "state", s.keys(name), true, "", "")
 	if err != nil {
 		return State{}, err
 	}
@@ -188,13 +215,13 @@ func (s *Store) State(ctx context.Context, name string) (State, error) {
 
 // Cancel removes a ticket from the queue; a grant made to it and not yet claimed
 // passes on. Errors: ErrTicketGone, ErrUnavailable.
-func (s *Store) Cancel(ctx context.Context, name, ticket string) error {
-	if !plausibleID(ticket) {
+func (s *Store) Cancel(ctx context.Context, t Ref) error {
+	if !plausibleID(t.ID) {
 		return ErrTicketGone
 	}
-	th := hashID(ticket)
-	keys := append(s.keys(name), s.ticketKey(name, th))
-	rep, err := s.run(ctx, s.cancel, "cancel", keys, false, th)
+	th := hashID(t.ID)
+	keys := append(s.keys(t.Name), s.ticketKey(t.Name, th))
+	rep, err := s.run(ctx, s.cancel, "cancel", keys, false, th, hashID(ticketLease(t.ID)), t.By)
 	if err != nil {
 		return err
 	}
@@ -208,8 +235,8 @@ func (s *Store) Cancel(ctx context.Context, name, ticket string) error {
 	}
 }
 
-// pokeLock hands on a lock whose lease should have run out; it reports the
-// remaining lease when the lock is still held.
+// pokeLock hands on a lock (or a slot of it) whose lease should have run out; it
+// reports the time until the soonest hold ends when the lock is still held.
 func (s *Store) pokeLock(ctx context.Context, name string) (bool, time.Duration, error) {
 	rep, err := s.run(ctx, s.poke, "poke", s.keys(name), true)
 	if err != nil {

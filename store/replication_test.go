@@ -63,7 +63,7 @@ func TestWaitReplicasAcknowledged(t *testing.T) {
 	}
 	before = waitCalls(t, master)
 	released := time.Now()
-	if _, err := s.Release(ctx, "w", res.Lease.ID); err != nil {
+	if _, err := s.Release(ctx, store.Ref{Name: "w", ID: res.Lease.ID}); err != nil {
 		t.Fatal(err)
 	}
 	r := <-got

@@ -59,11 +59,11 @@ func (r reply) ms(i int) time.Duration {
 
 func fromMillis(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
 
-// lease decodes {code, fence, count, pttl, at, owner, ttl, now}.
+// lease decodes {code, fence, count, pttl, at, owner, ttl, now, shared, limit}.
 func (r reply) lease(name, id string) *Lease {
 	now := r.int(6)
 	ttl := r.ms(2)
-	return &Lease{
+	l := &Lease{
 		Name:       name,
 		ID:         id,
 		Fence:      r.int(0),
@@ -72,7 +72,12 @@ func (r reply) lease(name, id string) *Lease {
 		ExpiresAt:  fromMillis(now).Add(ttl),
 		Owner:      r.str(4),
 		AcquiredAt: fromMillis(r.int(3)),
+		Shared:     r.int(7) == 1,
 	}
+	if l.Shared {
+		l.Limit = int(r.int(8))
+	}
+	return l
 }
 
 // held decodes {'busy', pttl, owner, waiters}.
@@ -85,22 +90,41 @@ func (r reply) ticket(name, id string) *Ticket {
 	return &Ticket{Name: name, ID: id, Position: int(r.int(0)), TicketTTL: r.ms(3)}
 }
 
-// queuedHolderTTL is the lock's remaining lease in a 'queued' reply.
+// queuedHolderTTL is the time until the soonest hold ends, in a 'queued' reply.
 func (r reply) queuedHolderTTL() time.Duration { return r.ms(2) }
 
-// lockState decodes {'state', held, owner, count, fence, pttl, waiters, now}.
+// lockState decodes {'state', mode, limit, waiters, now, last fence, holders,
+// top fence, top count, top owner, longest pttl, then per listed hold: fence,
+// count, pttl, owner, shared}.
 func (r reply) lockState(name string) State {
+	now := fromMillis(r.int(3))
 	st := State{
 		Name:    name,
-		Held:    r.int(0) == 1,
-		Owner:   r.str(1),
-		Count:   int(r.int(2)),
-		Fence:   r.int(3),
-		Waiters: int(r.int(5)),
+		Mode:    ModeFree,
+		Waiters: int(r.int(2)),
+		Holders: int(r.int(5)),
+		Fence:   r.int(4),
 	}
-	if st.Held {
-		st.TTL = r.ms(4)
-		st.ExpiresAt = fromMillis(r.int(6)).Add(st.TTL)
+	switch r.str(0) {
+	case "x":
+		st.Mode = ModeExclusive
+	case "s":
+		st.Mode = ModeShared
+		st.Limit = int(r.int(1))
+	}
+	st.Held = st.Holders > 0
+	if !st.Held {
+		return st
+	}
+	st.Fence, st.Count, st.Owner = r.int(6), int(r.int(7)), r.str(8)
+	st.TTL = r.ms(9)
+	st.ExpiresAt = now.Add(st.TTL)
+	for i := 10; i+4 < len(r.v); i += 5 {
+		ttl := r.ms(i + 2)
+		st.Holds = append(st.Holds, Hold{
+			Fence: r.int(i), Count: int(r.int(i + 1)), TTL: ttl, ExpiresAt: now.Add(ttl),
+			Owner: r.str(i + 3), Shared: r.int(i+4) == 1,
+		})
 	}
 	return st
 }

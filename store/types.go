@@ -2,7 +2,7 @@ package store
 
 import "time"
 
-// Lease is a granted hold on a lock.
+// Lease is a granted hold on a lock: exclusive, or one of its shared holds.
 type Lease struct {
 	Name       string
 	ID         string // the bearer secret; never logged, never stored in Redis
@@ -12,6 +12,8 @@ type Lease struct {
 	ExpiresAt  time.Time
 	Owner      string
 	AcquiredAt time.Time
+	Shared     bool
+	Limit      int // a shared hold's limit; 0 for none
 }
 
 // Ticket is a place in a lock's fair queue.
@@ -22,26 +24,62 @@ type Ticket struct {
 	TicketTTL time.Duration
 }
 
+// Lock modes, as State.Mode reports them.
+const (
+	ModeFree      = "free"
+	ModeExclusive = "exclusive"
+	ModeShared    = "shared"
+)
+
 // State is a lock as anyone may see it: never a lease id.
 type State struct {
 	Name      string
-	Held      bool
+	Mode      string // ModeFree, ModeExclusive or ModeShared
+	Held      bool   // Holders > 0
+	Holders   int
+	Limit     int // shared with a limit: the limit; else 0
 	Owner     string
 	Count     int
-	Fence     int64 // the holder's fence, or the last fence issued when free
-	TTL       time.Duration
-	ExpiresAt time.Time // zero when not held
+	Fence     int64         // the highest fence among the holds, or the last fence issued when free
+	TTL       time.Duration // the longest remaining
+	ExpiresAt time.Time     // zero when not held
 	Waiters   int
+	Holds     []Hold // at most MaxListedHolds
+}
+
+// MaxListedHolds is how many holds State lists at most.
+const MaxListedHolds = 100
+
+// Hold is one hold in a lock's State.
+type Hold struct {
+	Owner     string
+	Fence     int64
+	Count     int
+	TTL       time.Duration
+	ExpiresAt time.Time
+	Shared    bool
 }
 
 // AcquireRequest asks for a lock. With Lease set it re-enters that lease.
 type AcquireRequest struct {
-	Name  string
-	TTL   time.Duration
-	Wait  time.Duration
-	Fair  bool
-	Owner string
-	Lease string
+	Name   string
+	TTL    time.Duration
+	Wait   time.Duration
+	Fair   bool
+	Owner  string
+	Lease  string
+	Shared bool // a shared hold
+	Limit  int  // with Shared: the most shared holds at once; 0 for none
+	// ModeGiven says a re-entry named its mode (Shared): it must match the hold's.
+	ModeGiven bool
+	By        string // the principal asking (Principal.ID); holds and tickets are bound to it
+}
+
+// Ref names a lease or a ticket of a lock, as asked for by a principal.
+type Ref struct {
+	Name string
+	ID   string // the lease or ticket id
+	By   string // the principal asking: only the one that made it may use it
 }
 
 // AcquireResult is one of: a new Lease, a re-entered Lease, or a Ticket.
@@ -55,7 +93,7 @@ type AcquireResult struct {
 type Release struct {
 	Name     string
 	Count    int  // holds left
-	Released bool // the lock was freed or handed to the next queued waiter
+	Released bool // the hold ended: the lock (or a slot of it) was freed or handed on
 }
 
 // PollResult is one of: the Lease granted to a ticket, or the Ticket still waiting.
@@ -63,5 +101,5 @@ type PollResult struct {
 	Lease  *Lease
 	Ticket *Ticket
 
-	holderTTL time.Duration // the lock's remaining lease while the ticket waits
+	holderTTL time.Duration // time until the soonest hold ends while the ticket waits
 }

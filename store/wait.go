@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -45,8 +46,7 @@ func (s *Store) waitLock(ctx context.Context, r AcquireRequest, id string, held 
 		woke := time.Now()
 		forward = true // until this try has an answer, a release it was given is not lost
 		// Retried when the connection breaks: idempotent, see Acquire.
-		rep, err := s.runGrant(ctx, s.acquire, "acquire", keys, true,
-			lh, ms(r.TTL), r.Owner, "new", "", "", 0, 0)
+		rep, err := s.runGrant(ctx, s.acquire, "acquire", keys, true, s.acquireArgs(r, lh, "new", "", "", 0)...)
 		if err != nil {
 			s.failed(undo{name: r.Name, lh: lh}, err)
 			return nil, err
@@ -56,6 +56,8 @@ func (s *Store) waitLock(ctx context.Context, r AcquireRequest, id string, held 
 		case "granted":
 			l := rep.lease(r.Name, id)
 			s.disp.observe(w, l.TTL) // the waiters left behind wait for this lease
+			// A shared hold may leave room for the next waiter too: let it try.
+			forward = l.Shared
 			if ctx.Err() != nil {
 				forward = true
 				s.dropGrant(undo{name: r.Name, lh: lh})
@@ -64,6 +66,9 @@ func (s *Store) waitLock(ctx context.Context, r AcquireRequest, id string, held 
 			s.count("granted")
 			s.m.Handoff.Observe(time.Since(woke).Seconds())
 			return l, nil
+		case "limit_mismatch":
+			s.count("limit_mismatch")
+			return nil, &LimitError{Limit: int(rep.int(0))}
 		case "busy":
 			held = rep.held()
 			s.disp.observe(w, held.TTL)
@@ -100,15 +105,18 @@ func (s *Store) waitFair(ctx context.Context, r AcquireRequest, id string) (Acqu
 	}
 	defer s.releaseWaiter()
 	tid := newID()
-	t := ticketWait{name: r.Name, ticket: tid, th: hashID(tid), tlh: hashID(ticketLease(tid)), own: hashID(id)}
+	t := ticketWait{name: r.Name, ticket: tid, th: hashID(tid), tlh: hashID(ticketLease(tid)), own: hashID(id), by: r.By}
 	keys := append(s.keys(r.Name), s.ticketKey(r.Name, t.th))
 	t.enqueue = func(ctx context.Context, poll time.Duration) (reply, error) {
 		// Retried when the connection breaks: idempotent, see Acquire.
-		return s.runGrant(ctx, s.acquire, "acquire", keys, true,
-			t.own, ms(r.TTL), r.Owner, "fair", t.th, t.tlh, ms(s.opt.TicketTTL), ms(poll))
+		return s.runGrant(ctx, s.acquire, "acquire", keys, true, s.acquireArgs(r, t.own, "fair", t.th, t.tlh, poll)...)
 	}
 	res, err := s.awaitTicket(ctx, t, time.Now().Add(r.Wait))
+	var limit *LimitError
 	switch {
+	case errors.As(err, &limit):
+		s.count("limit_mismatch")
+		return AcquireResult{}, err
 	case err != nil && ctx.Err() != nil:
 		s.count("abandoned")
 		return AcquireResult{}, err
@@ -133,14 +141,14 @@ func (s *Store) waitFair(ctx context.Context, r AcquireRequest, id string) (Acqu
 // client goes away leaves the ticket queued, and a grant it was about to answer
 // kept for the ticket's next poll for at most the ticket ttl. Errors:
 // ErrTicketGone, ErrTooManyWaiters, ErrUnavailable.
-func (s *Store) Poll(ctx context.Context, name, ticket string, wait time.Duration) (PollResult, error) {
-	if !plausibleID(ticket) {
+func (s *Store) Poll(ctx context.Context, ref Ref, wait time.Duration) (PollResult, error) {
+	if !plausibleID(ref.ID) {
 		return PollResult{}, ErrTicketGone
 	}
 	if ctx.Err() != nil {
 		return PollResult{}, clientGone("poll", ctx)
 	}
-	t := ticketWait{name: name, ticket: ticket, th: hashID(ticket), tlh: hashID(ticketLease(ticket))}
+	t := ticketWait{name: ref.Name, ticket: ref.ID, th: hashID(ref.ID), tlh: hashID(ticketLease(ref.ID)), by: ref.By}
 	if wait <= 0 || s.shuttingDown() {
 		res, err := s.pollOnce(ctx, t, 0)
 		switch {
@@ -168,6 +176,7 @@ type ticketWait struct {
 	name, ticket string
 	th, tlh      string // the ticket's hash and its lease's hash
 	own          string // a fair acquire's own lease hash; "" for a poll
+	by           string // the principal waiting
 	// enqueue, for a fair acquire, makes the first check: it creates the ticket,
 	// or grants at once under the request's own lease.
 	enqueue func(context.Context, time.Duration) (reply, error)
@@ -186,7 +195,7 @@ func (s *Store) undoTicket(t ticketWait) {
 
 func (s *Store) pollOnce(ctx context.Context, t ticketWait, poll time.Duration) (PollResult, error) {
 	keys := append(s.keys(t.name), s.ticketKey(t.name, t.th))
-	rep, err := s.runGrant(ctx, s.poll, "poll", keys, true, t.th, t.tlh, ms(poll))
+	rep, err := s.runGrant(ctx, s.poll, "poll", keys, true, t.th, t.tlh, ms(poll), t.by)
 	if err != nil {
 		return PollResult{}, err
 	}
@@ -204,6 +213,8 @@ func ticketResult(name, ticket string, rep reply) (PollResult, error) {
 		return PollResult{}, ErrTicketGone
 	case "abandoned":
 		return PollResult{}, fmt.Errorf("acquire: abandoned before it ran: %w", ErrUnavailable)
+	case "limit_mismatch":
+		return PollResult{}, &LimitError{Limit: int(rep.int(0))}
 	default:
 		return PollResult{}, unexpected("poll", rep)
 	}
@@ -285,7 +296,7 @@ func (s *Store) awaitTicket(ctx context.Context, t ticketWait, until time.Time) 
 			return settle(PollResult{Lease: &Lease{
 				Name: t.name, ID: ticketLease(t.ticket), Fence: g.fence, Count: 1,
 				TTL: max(g.window-time.Since(g.recv), 0), ExpiresAt: g.at.Add(g.window),
-				Owner: g.owner, AcquiredAt: g.at,
+				Owner: g.owner, AcquiredAt: g.at, Shared: g.shared, Limit: g.limit,
 			}}, nil)
 		}
 		res, err := settle(check(ctx, time.Until(until)))
@@ -300,14 +311,15 @@ func (s *Store) awaitTicket(ctx context.Context, t ticketWait, until time.Time) 
 }
 
 // Watch returns the lock's state, first waiting up to wait while it is held with
-// the given fence (nil: its fence now), for it to be released, expire or change
-// hands. Errors: ErrTooManyWaiters, ErrUnavailable.
+// the given fence (nil: its fence now), for its holds to change: a hold released,
+// expired or added, or the lock changing hands. Errors: ErrTooManyWaiters,
+// ErrUnavailable.
 func (s *Store) Watch(ctx context.Context, name string, fence *int64, wait time.Duration) (State, error) {
 	st, err := s.State(ctx, name)
 	if err != nil || wait <= 0 || !st.Held || (fence != nil && *fence != st.Fence) || s.shuttingDown() {
 		return st, err
 	}
-	f := st.Fence
+	f, n := st.Fence, st.Holders
 	if err := s.reserveWaiter(); err != nil {
 		return State{}, err
 	}
@@ -328,9 +340,19 @@ func (s *Store) Watch(ctx context.Context, name string, fence *int64, wait time.
 		}
 		s.disp.take(w)
 		st, err := s.State(ctx, name)
-		if err != nil || !st.Held || st.Fence != f {
+		if err != nil || !st.Held || st.Fence != f || st.Holders != n {
 			return st, err
 		}
-		s.disp.observe(w, st.TTL)
+		s.disp.observe(w, soonestEnd(st))
 	}
+}
+
+// soonestEnd is the time until the first of the listed holds ends: when a watch
+// should look again even if nobody announces anything (expiry runs no script).
+func soonestEnd(st State) time.Duration {
+	d := st.TTL
+	for _, h := range st.Holds {
+		d = min(d, h.TTL)
+	}
+	return d
 }
