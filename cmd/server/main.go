@@ -107,7 +107,7 @@ func serve(ctx context.Context, cfg Config, log zerolog.Logger, listening func(n
 			Spec:    api.Spec,
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
-		WriteTimeout:      cfg.MaxWait + 30*time.Second,
+		WriteTimeout:      cfg.writeTimeout(),
 		IdleTimeout:       2 * time.Minute,
 	}
 	if cfg.DebugAddr != "" {

@@ -29,7 +29,7 @@ func TestSIGTERMShutdown(t *testing.T) {
 	l.Close()
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), "BATON_ADDR="+addr, "BATON_REDIS_URL=",
-		"BATON_SHUTDOWN_DELAY=1500ms", "BATON_SHUTDOWN_TIMEOUT=3s")
+		"BATON_SHUTDOWN_DELAY=1500ms", "BATON_SHUTDOWN_TIMEOUT=8s")
 	logs := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
@@ -103,7 +103,7 @@ func TestSIGTERMShutdown(t *testing.T) {
 			t.Errorf("exit: %v", err)
 		}
 		t.Logf("exited %v after SIGTERM", time.Since(sent))
-	case <-time.After(1500*time.Millisecond + 3*time.Second + 2*time.Second):
+	case <-time.After(1500*time.Millisecond + 8*time.Second + 2*time.Second):
 		t.Fatal("did not exit within its shutdown delay and timeout")
 	}
 }
