@@ -2,22 +2,42 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
 
 	"github.com/alicebob/miniredis/v2"
 )
 
-// startEmbedded runs the in-process store (miniredis) for trying Baton out,
-// until ctx ends. Keys expire with the wall clock as on Redis, at a cost that
-// does not grow with the number of keys (see expiry). It keeps nothing and
-// serves one process only.
-func startEmbedded(ctx context.Context) (*miniredis.Miniredis, error) {
-	m := miniredis.NewMiniRedis()
-	if err := m.StartAddr("127.0.0.1:0"); err != nil {
+// embedded is the in-process store (miniredis) for trying Baton out. It keeps
+// nothing and serves one process only.
+type embedded struct {
+	*miniredis.Miniredis
+	password string
+}
+
+// startEmbedded runs the embedded store until ctx ends (or Close). Keys expire
+// with the wall clock as on Redis, at a cost that does not grow with the number
+// of keys (see expiry). Its loopback port can be reached by every local user,
+// so it requires a password, random on each start, that only this process
+// knows: it is in URL and nowhere else, and must never be logged. It returns an
+// error when the store cannot start.
+func startEmbedded(ctx context.Context) (*embedded, error) {
+	secret := make([]byte, 32)
+	_, _ = rand.Read(secret) // never fails (crypto/rand)
+	e := &embedded{Miniredis: miniredis.NewMiniRedis(), password: base64.RawURLEncoding.EncodeToString(secret)}
+	e.RequireAuth(e.password)
+	if err := e.StartAddr("127.0.0.1:0"); err != nil {
 		return nil, err
 	}
-	if _, err := newExpiry(ctx, m.Server(), ""); err != nil {
-		m.Close()
+	if _, err := newExpiry(ctx, e.Server(), e.password); err != nil {
+		e.Close()
 		return nil, err
 	}
-	return m, nil
+	return e, nil
+}
+
+// URL is the redis:// URL Baton connects with, password included.
+func (e *embedded) URL() string {
+	return fmt.Sprintf("redis://:%s@%s", e.password, e.Addr())
 }

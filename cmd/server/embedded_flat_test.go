@@ -14,15 +14,8 @@ import (
 // item 6): with 100k keys that have a TTL, an idle process burns no CPU, and a
 // short lease is seen expired within 50 ms of its deadline.
 func TestEmbeddedFlatInKeys(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	m, err := startEmbedded(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(m.Close)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), ReadTimeout: time.Minute})
-	t.Cleanup(func() { rdb.Close() })
+	ctx := context.Background()
+	rdb := startTestEmbedded(t, func(o *redis.Options) { o.ReadTimeout = time.Minute }) // the fill's scripts are long
 
 	// One script per 10k keys: a command per key would mostly wait for the store.
 	const keys = 100_000

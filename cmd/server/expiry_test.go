@@ -195,17 +195,25 @@ func TestEmbeddedActiveExpiry(t *testing.T) {
 	}
 }
 
-// startTestEmbedded starts the embedded store and a client of it.
-func startTestEmbedded(t *testing.T) *redis.Client {
+// startTestEmbedded starts the embedded store and a client of it, with its
+// options changed by tweak.
+func startTestEmbedded(t *testing.T, tweak ...func(*redis.Options)) *redis.Client {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	m, err := startEmbedded(ctx)
+	emb, err := startEmbedded(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(m.Close)
-	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(emb.Close)
+	opt, err := redis.ParseURL(emb.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range tweak {
+		f(opt)
+	}
+	rdb := redis.NewClient(opt)
 	t.Cleanup(func() { rdb.Close() })
 	return rdb
 }

@@ -70,13 +70,13 @@ func serve(ctx context.Context, cfg Config, log zerolog.Logger, listening func(n
 	if url == "" {
 		embedCtx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		m, err := startEmbedded(embedCtx)
+		emb, err := startEmbedded(embedCtx)
 		if err != nil {
 			return fmt.Errorf("embedded store: %w", err)
 		}
-		defer m.Close()
-		url = "redis://" + m.Addr()
-		log.Warn().Msg("BATON_REDIS_URL is empty: using the embedded in-process store. " +
+		defer emb.Close()
+		url = emb.URL() // carries the store's password: never logged
+		log.Warn().Str("addr", emb.Addr()).Msg("BATON_REDIS_URL is empty: using the embedded in-process store. " +
 			"It is for trying Baton out (one process, nothing kept), never for production: set BATON_REDIS_URL.")
 	}
 	rdb, err := store.NewClient(url)
