@@ -97,7 +97,7 @@ func TestRunChecksConfig(t *testing.T) {
 	t.Setenv("BATON_ADDR", "127.0.0.1:0")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // were it to serve
 	defer cancel()
-	err := run(ctx, io.Discard)
+	err := run(ctx, io.Discard, nil)
 	if err == nil || !strings.Contains(err.Error(), "BATON_MIN_TTL (500µs) must be a whole number of milliseconds") {
 		t.Errorf("BATON_MIN_TTL=500us: got %v, want it refused", err)
 	}
