@@ -14,6 +14,7 @@ import (
 type embedded struct {
 	*miniredis.Miniredis
 	password string
+	expiry   *expiry
 }
 
 // startEmbedded runs the embedded store until ctx ends (or Close). Keys expire
@@ -30,7 +31,8 @@ func startEmbedded(ctx context.Context) (*embedded, error) {
 	if err := e.StartAddr("127.0.0.1:0"); err != nil {
 		return nil, err
 	}
-	if _, err := newExpiry(ctx, e.Server(), e.password); err != nil {
+	var err error
+	if e.expiry, err = newExpiry(ctx, e.Server(), e.password); err != nil {
 		e.Close()
 		return nil, err
 	}

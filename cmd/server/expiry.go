@@ -37,7 +37,9 @@ import (
 //   - deletes a key past its deadline before a command that names it runs (lazy
 //     expiry, as Redis does), and the others at their deadlines from a heap
 //     (active expiry, so that memory, KEYS and DBSIZE follow). Each costs
-//     O(log n) per key that expires and nothing per key that does not;
+//     O(log n) per key that expires and nothing per key that does not, and
+//     what it keeps for a key goes with it (at its deadline, or when a script
+//     deletes it);
 //   - stops time for a script while it runs, as Redis 7 does: all of a script's
 //     calls see the time of its first.
 //
@@ -144,6 +146,12 @@ func (e *expiry) hook(c *server.Peer, cmd string, args ...string) bool {
 		case !runsScript(cmd): // a script's calls expire what they name themselves
 			_ = e.sweep(due) // on failure the command sees the key, as before its deadline
 		}
+	}
+	if inScript && (cmd == "DEL" || cmd == "UNLINK" || cmd == "GETDEL") {
+		// Only in a script, where nothing can come between this and the delete
+		// (and whose caller logged in): the hints of deleted keys need not wait
+		// for their deadlines to go.
+		e.forget(args)
 	}
 	switch cmd {
 	case "PEXPIRE", "EXPIRE", "PEXPIREAT", "EXPIREAT":
@@ -360,6 +368,15 @@ func intReply(reply []byte) (int64, bool) {
 	}
 	n, err := strconv.ParseInt(string(bytes.TrimSuffix(s, []byte("\r\n"))), 10, 64)
 	return n, err == nil
+}
+
+// forget drops the hints of keys.
+func (e *expiry) forget(keys []string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, k := range keys {
+		delete(e.deadlines, k)
+	}
 }
 
 // note records that key has a TTL with deadline at: the hint only ever moves

@@ -14,12 +14,26 @@ import (
 // deadline. The caller holds e.mu.
 func (e *expiry) push(key string, at int64) {
 	heap.Push(&e.queue, deadlineItem{at: at, key: key})
+	if len(e.queue) > 2*len(e.deadlines)+1024 {
+		e.compact()
+	}
 	if e.queue[0].at == at && e.queue[0].key == key {
 		select {
 		case e.wake <- struct{}{}:
 		default:
 		}
 	}
+}
+
+// compact rebuilds the queue from the hints, without the entries of deadlines
+// that were moved or deleted since (a lease released long before it would
+// have run out): at most one O(n) rebuild per n pushes. The caller holds e.mu.
+func (e *expiry) compact() {
+	e.queue = e.queue[:0]
+	for k, at := range e.deadlines {
+		e.queue = append(e.queue, deadlineItem{at: at, key: k})
+	}
+	heap.Init(&e.queue)
 }
 
 // run is the sweeper: at each deadline it expires the keys that have reached

@@ -195,6 +195,40 @@ func TestEmbeddedActiveExpiry(t *testing.T) {
 	}
 }
 
+// What the store keeps to expire keys goes with the keys: a released lease's
+// deadline is not kept until it would have run out.
+func TestEmbeddedExpiryForgetsDeletedKeys(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	emb, err := startEmbedded(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(emb.Close)
+	opt, err := redis.ParseURL(emb.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(opt)
+	t.Cleanup(func() { rdb.Close() })
+	grant := `for i = 1, 1000 do redis.call('HSET', 'lock:' .. i, 'n', i) redis.call('PEXPIRE', 'lock:' .. i, 3600000) end`
+	release := `for i = 1, 1000 do redis.call('DEL', 'lock:' .. i) end`
+	for range 10 {
+		for _, script := range []string{grant, release} {
+			if err := rdb.Eval(ctx, script, nil).Err(); err != nil && err != redis.Nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	e := emb.expiry
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.deadlines) != 0 || len(e.queue) > 2*1024 {
+		t.Errorf("after 10,000 grants and releases: %d deadlines and %d queued, want 0 and at most %d",
+			len(e.deadlines), len(e.queue), 2*1024)
+	}
+}
+
 // startTestEmbedded starts the embedded store and a client of it, with its
 // options changed by tweak.
 func startTestEmbedded(t *testing.T, tweak ...func(*redis.Options)) *redis.Client {
