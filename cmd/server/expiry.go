@@ -40,8 +40,10 @@ import (
 //     O(log n) per key that expires and nothing per key that does not, and
 //     what it keeps for a key goes with it (at its deadline, or when a script
 //     deletes it);
-//   - stops time for a script while it runs, as Redis 7 does: all of a script's
-//     calls see the time of its first.
+//   - stops time for a script while it runs, as Redis 7 does: a script's calls
+//     see the time of its first (miniredis gives redis.call and redis.pcall a
+//     Ctx each, so a script that mixes the two sees time move where it
+//     switches; Baton's scripts use redis.call only).
 //
 // The deadlines it keeps are hints, never later than a key's own; a key is only
 // deleted after its own deadline, read in the same atomic step as the delete
