@@ -3,7 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
+
+	"github.com/batonhq/baton/store"
 )
 
 // Config is read once from the environment (BATON_*); tests build it directly.
@@ -32,41 +35,85 @@ type Config struct {
 	DebugAddr string `envconfig:"DEBUG_ADDR"`
 }
 
+const (
+	// storeWorstCall is the longest one store call can take: two attempts (an
+	// acquire whose connection broke is sent once more), each of which may dial
+	// (2 s) and wait for its reply (2 s read timeout; see store.NewClient).
+	storeWorstCall = store.WorstCall
+	// longPollSlack is how much longer than the longest wait the HTTP server
+	// gives a response: for the store calls after the wait (two at most: the
+	// last check and a cleanup) and the write.
+	longPollSlack = 30 * time.Second
+)
+
+// maxMaxWait keeps the write timeout (MaxWait + longPollSlack) a valid
+// duration; past it, it would wrap around.
+var maxMaxWait = (time.Duration(math.MaxInt64) - longPollSlack).Truncate(time.Millisecond)
+
+// writeTimeout is the HTTP server's WriteTimeout: a long-poll that waited
+// MaxWait still has time to be answered.
+func (c Config) writeTimeout() time.Duration { return c.MaxWait + longPollSlack }
+
+// validate returns every setting that is out of range, or that breaks a
+// promise together with another one, joined.
 func (c Config) validate() error {
 	var errs []error
-	if c.MinTTL <= 0 || c.MinTTL > c.MaxTTL {
-		errs = append(errs, fmt.Errorf("BATON_MIN_TTL (%v) must be positive and at most BATON_MAX_TTL (%v)", c.MinTTL, c.MaxTTL))
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	// Durations reach Redis (PEXPIRE) and the API as integer milliseconds: a
+	// TTL under 1 ms would be PEXPIRE 0, which deletes the lock as it is granted.
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"BATON_MIN_TTL", c.MinTTL}, {"BATON_MAX_TTL", c.MaxTTL}, {"BATON_DEFAULT_TTL", c.DefaultTTL},
+		{"BATON_TICKET_TTL", c.TicketTTL}, {"BATON_WAIT_TIMEOUT", c.WaitTimeout}} {
+		if d.v < time.Millisecond || d.v%time.Millisecond != 0 {
+			add("%s (%v) must be a whole number of milliseconds, at least 1ms", d.name, d.v)
+		}
+	}
+	if c.MinTTL > c.MaxTTL {
+		add("BATON_MIN_TTL (%v) must be at most BATON_MAX_TTL (%v)", c.MinTTL, c.MaxTTL)
 	}
 	if c.DefaultTTL < c.MinTTL || c.DefaultTTL > c.MaxTTL {
-		errs = append(errs, fmt.Errorf("BATON_DEFAULT_TTL (%v) must be between BATON_MIN_TTL and BATON_MAX_TTL", c.DefaultTTL))
-	}
-	if c.MaxWait < 0 {
-		errs = append(errs, errors.New("BATON_MAX_WAIT must not be negative"))
+		add("BATON_DEFAULT_TTL (%v) must be between BATON_MIN_TTL (%v) and BATON_MAX_TTL (%v)", c.DefaultTTL, c.MinTTL, c.MaxTTL)
 	}
 	if c.TicketTTL < 100*time.Millisecond {
-		errs = append(errs, errors.New("BATON_TICKET_TTL must be at least 100ms"))
+		add("BATON_TICKET_TTL (%v) must be at least 100ms", c.TicketTTL)
+	}
+	switch {
+	case c.MaxWait < 0:
+		add("BATON_MAX_WAIT (%v) must not be negative", c.MaxWait)
+	case c.MaxWait%time.Millisecond != 0:
+		add("BATON_MAX_WAIT (%v) must be a whole number of milliseconds", c.MaxWait)
+	case c.MaxWait > maxMaxWait:
+		add("BATON_MAX_WAIT (%v) is too long: a long-poll must be answered within it plus %v, and that must be at most %v",
+			c.MaxWait, longPollSlack, time.Duration(math.MaxInt64))
 	}
 	if c.MaxWaiters < 1 {
-		errs = append(errs, errors.New("BATON_MAX_WAITERS must be at least 1"))
+		add("BATON_MAX_WAITERS must be at least 1")
 	}
 	if c.LogFormat != "json" && c.LogFormat != "console" {
-		errs = append(errs, errors.New("BATON_LOG_FORMAT must be json or console"))
+		add("BATON_LOG_FORMAT must be json or console")
 	}
-	if c.ShutdownDelay < 0 || c.ShutdownTimeout <= 0 {
-		errs = append(errs, errors.New("BATON_SHUTDOWN_DELAY must not be negative and BATON_SHUTDOWN_TIMEOUT must be positive"))
+	if c.ShutdownDelay < 0 {
+		add("BATON_SHUTDOWN_DELAY (%v) must not be negative", c.ShutdownDelay)
+	}
+	if c.ShutdownTimeout < storeWorstCall {
+		add("BATON_SHUTDOWN_TIMEOUT (%v) must be at least %v: a request in flight may be inside a store call "+
+			"that takes that long (two attempts of a 2s dial and a 2s read), and one cut off may leave a lock "+
+			"held that its client never heard of", c.ShutdownTimeout, storeWorstCall)
 	}
 	if c.WaitReplicas < 0 {
-		errs = append(errs, errors.New("BATON_WAIT_REPLICAS must not be negative (0 turns WAIT off)"))
+		add("BATON_WAIT_REPLICAS must not be negative (0 turns WAIT off)")
 	}
 	if c.WaitReplicas > 0 && c.RedisURL == "" {
-		errs = append(errs, errors.New("BATON_WAIT_REPLICAS needs BATON_REDIS_URL: the embedded store has no replicas"))
+		add("BATON_WAIT_REPLICAS needs BATON_REDIS_URL: the embedded store has no replicas")
+	}
+	if c.FenceGuard < time.Second {
+		add("BATON_FENCE_GUARD (%v) must be at least 1s: it is the longest backward step of the Redis clock fences survive", c.FenceGuard)
 	}
 	// WAIT must end well within the Redis client's 2s read timeout.
-	if c.FenceGuard < time.Second {
-		errs = append(errs, fmt.Errorf("BATON_FENCE_GUARD (%v) must be at least 1s: it is the longest backward step of the Redis clock fences survive", c.FenceGuard))
-	}
-	if c.WaitTimeout < time.Millisecond || c.WaitTimeout > time.Second {
-		errs = append(errs, fmt.Errorf("BATON_WAIT_TIMEOUT (%v) must be between 1ms and 1s", c.WaitTimeout))
+	if c.WaitTimeout > time.Second {
+		add("BATON_WAIT_TIMEOUT (%v) must be between 1ms and 1s", c.WaitTimeout)
 	}
 	return errors.Join(errs...)
 }

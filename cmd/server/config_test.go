@@ -1,33 +1,104 @@
 package main
 
 import (
+	"context"
+	"io"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kelseyhightower/envconfig"
 )
 
-func TestValidateWait(t *testing.T) {
+func TestValidate(t *testing.T) {
 	tests := []struct {
-		give    func(*Config)
-		wantErr string
+		name string
+		give func(*Config)
+		want string // a part of the error; empty: valid
 	}{
-		{give: func(c *Config) {}},
-		{give: func(c *Config) { c.RedisURL, c.WaitReplicas = "redis+sentinel://h/m", 1 }},
-		{give: func(c *Config) { c.WaitReplicas = -1 }, wantErr: "BATON_WAIT_REPLICAS must not be negative"},
-		{give: func(c *Config) { c.WaitReplicas = 1 }, wantErr: "BATON_WAIT_REPLICAS needs BATON_REDIS_URL"},
-		{give: func(c *Config) { c.WaitTimeout = 0 }, wantErr: "BATON_WAIT_TIMEOUT"},
-		{give: func(c *Config) { c.WaitTimeout = 2 * time.Second }, wantErr: "BATON_WAIT_TIMEOUT"},
+		{name: "defaults", give: func(c *Config) {}},
+		{name: "sentinel with WAIT", give: func(c *Config) { c.RedisURL, c.WaitReplicas = "redis+sentinel://h/m", 1 }},
+		{name: "negative wait replicas", give: func(c *Config) { c.WaitReplicas = -1 }, want: "BATON_WAIT_REPLICAS must not be negative"},
+		{name: "WAIT on the embedded store", give: func(c *Config) { c.WaitReplicas = 1 }, want: "BATON_WAIT_REPLICAS needs BATON_REDIS_URL"},
+		{name: "zero wait timeout", give: func(c *Config) { c.WaitTimeout = 0 }, want: "BATON_WAIT_TIMEOUT"},
+		{name: "wait timeout past the read timeout", give: func(c *Config) { c.WaitTimeout = 2 * time.Second }, want: "BATON_WAIT_TIMEOUT"},
+
+		// A TTL under 1 ms, or between two, reaches PEXPIRE as 0 or truncated:
+		// PEXPIRE 0 deletes the lock at once while its client is told 201.
+		{name: "min ttl under 1ms", give: func(c *Config) { c.MinTTL = 500 * time.Microsecond }, want: "BATON_MIN_TTL (500µs) must be a whole number of milliseconds, at least 1ms"},
+		{name: "min ttl 1ms", give: func(c *Config) { c.MinTTL, c.DefaultTTL = time.Millisecond, time.Millisecond }},
+		{name: "min ttl not whole ms", give: func(c *Config) { c.MinTTL = 1500 * time.Microsecond }, want: "BATON_MIN_TTL (1.5ms) must be a whole number of milliseconds"},
+		{name: "default ttl under 1ms", give: func(c *Config) { c.MinTTL, c.DefaultTTL = time.Millisecond, 999*time.Microsecond }, want: "BATON_DEFAULT_TTL (999µs) must be a whole number of milliseconds"},
+		{name: "default ttl not whole ms", give: func(c *Config) { c.DefaultTTL = 30*time.Second + time.Nanosecond }, want: "BATON_DEFAULT_TTL"},
+		{name: "max ttl not whole ms", give: func(c *Config) { c.MaxTTL = 24*time.Hour + time.Microsecond }, want: "BATON_MAX_TTL"},
+		{name: "max ttl zero", give: func(c *Config) { c.MaxTTL = 0 }, want: "BATON_MAX_TTL (0s) must be a whole number of milliseconds, at least 1ms"},
+		{name: "min above max", give: func(c *Config) { c.MinTTL, c.MaxTTL = time.Minute, time.Second }, want: "BATON_MIN_TTL (1m0s) must be at most BATON_MAX_TTL (1s)"},
+		{name: "default below min", give: func(c *Config) { c.DefaultTTL = 50 * time.Millisecond }, want: "BATON_DEFAULT_TTL (50ms) must be between BATON_MIN_TTL (100ms) and BATON_MAX_TTL (24h0m0s)"},
+		{name: "default above max", give: func(c *Config) { c.DefaultTTL = 25 * time.Hour }, want: "BATON_DEFAULT_TTL (25h0m0s) must be between"},
+		{name: "ticket ttl not whole ms", give: func(c *Config) { c.TicketTTL = 10*time.Second + time.Microsecond }, want: "BATON_TICKET_TTL"},
+		{name: "ticket ttl too short", give: func(c *Config) { c.TicketTTL = 99 * time.Millisecond }, want: "BATON_TICKET_TTL (99ms) must be at least 100ms"},
+		{name: "wait timeout not whole ms", give: func(c *Config) { c.WaitTimeout = 1500 * time.Microsecond }, want: "BATON_WAIT_TIMEOUT (1.5ms) must be a whole number of milliseconds"},
+		{name: "wait timeout under 1ms", give: func(c *Config) { c.WaitTimeout = time.Microsecond }, want: "BATON_WAIT_TIMEOUT"},
+		// The HTTP write timeout is derived from the longest wait: any wait that
+		// is accepted must leave it room to answer.
+		{name: "no waiting", give: func(c *Config) { c.MaxWait = 0 }},
+		{name: "negative max wait", give: func(c *Config) { c.MaxWait = -time.Second }, want: "BATON_MAX_WAIT (-1s) must not be negative"},
+		{name: "max wait not whole ms", give: func(c *Config) { c.MaxWait = time.Minute + time.Microsecond }, want: "BATON_MAX_WAIT (1m0.000001s) must be a whole number of milliseconds"},
+		{name: "a long max wait", give: func(c *Config) { c.MaxWait = 24 * time.Hour }},
+		{name: "max wait past the write timeout's range", give: func(c *Config) { c.MaxWait = 2562047*time.Hour + 47*time.Minute }, want: "BATON_MAX_WAIT (2562047h47m0s) is too long"},
+
+		// A request in flight at shutdown may be inside a store call.
+		{name: "shutdown timeout under the worst store call", give: func(c *Config) { c.ShutdownTimeout = 5 * time.Second }, want: "BATON_SHUTDOWN_TIMEOUT (5s) must be at least 8s"},
+		{name: "shutdown timeout of the worst store call", give: func(c *Config) { c.ShutdownTimeout = 8 * time.Second }},
+		{name: "zero shutdown timeout", give: func(c *Config) { c.ShutdownTimeout = 0 }, want: "BATON_SHUTDOWN_TIMEOUT (0s) must be at least 8s"},
+		{name: "negative shutdown delay", give: func(c *Config) { c.ShutdownDelay = -time.Second }, want: "BATON_SHUTDOWN_DELAY (-1s) must not be negative"},
 	}
-	for i, tt := range tests {
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := testConfig()
+			tt.give(&cfg)
+			err := cfg.validate()
+			switch {
+			case tt.want == "" && err != nil:
+				t.Errorf("got %v, want no error", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Errorf("got %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// Every accepted longest wait leaves the HTTP server time to answer a long-poll
+// that waited that long: the store calls after the wait, then the write.
+func TestWriteTimeoutCoversLongestWait(t *testing.T) {
+	for _, give := range []time.Duration{0, time.Second, 60 * time.Second, 24 * time.Hour, maxMaxWait} {
 		cfg := testConfig()
-		cfg.WaitTimeout = 100 * time.Millisecond
-		tt.give(&cfg)
-		err := cfg.validate()
-		switch {
-		case tt.wantErr == "" && err != nil:
-			t.Errorf("case %d: got %v, want no error", i, err)
-		case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
-			t.Errorf("case %d: got %v, want an error containing %q", i, err, tt.wantErr)
+		cfg.MaxWait = give
+		if err := cfg.validate(); err != nil {
+			t.Fatalf("MaxWait %v: %v", give, err)
 		}
+		if got := cfg.writeTimeout(); got < give+2*storeWorstCall {
+			t.Errorf("MaxWait %v: got WriteTimeout %v, want at least %v", give, got, give+2*storeWorstCall)
+		}
+	}
+}
+
+// The environment's defaults pass, and a setting that does not stops the server
+// before it starts.
+func TestRunChecksConfig(t *testing.T) {
+	var cfg Config
+	if err := envconfig.Process("baton", &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.validate(); err != nil {
+		t.Errorf("defaults: %v", err)
+	}
+	t.Setenv("BATON_MIN_TTL", "500us")
+	t.Setenv("BATON_ADDR", "127.0.0.1:0")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // were it to serve
+	defer cancel()
+	err := run(ctx, io.Discard, nil)
+	if err == nil || !strings.Contains(err.Error(), "BATON_MIN_TTL (500µs) must be a whole number of milliseconds") {
+		t.Errorf("BATON_MIN_TTL=500us: got %v, want it refused", err)
 	}
 }

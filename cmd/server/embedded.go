@@ -2,32 +2,44 @@ package main
 
 import (
 	"context"
-	"time"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
 
 	"github.com/alicebob/miniredis/v2"
 )
 
-// startEmbedded runs the in-process store (miniredis) for trying Baton out. Its
-// clock only moves when told, so a ticker moves it with the wall clock and leases
-// expire as they would on Redis. It keeps nothing and serves one process only.
-func startEmbedded(ctx context.Context) (*miniredis.Miniredis, error) {
-	m := miniredis.NewMiniRedis()
-	if err := m.StartAddr("127.0.0.1:0"); err != nil {
+// embedded is the in-process store (miniredis) for trying Baton out. It keeps
+// nothing and serves one process only.
+type embedded struct {
+	*miniredis.Miniredis
+	password string
+	expiry   *expiry
+}
+
+// startEmbedded runs the embedded store until ctx ends (or Close). Keys expire
+// with the wall clock as on Redis, at a cost that does not grow with the number
+// of keys (see expiry). Its loopback port can be reached by every local user,
+// so it requires a password, random on each start, that only this process
+// knows: it is in URL and nowhere else, and must never be logged. It returns an
+// error when the store cannot start.
+func startEmbedded(ctx context.Context) (*embedded, error) {
+	secret := make([]byte, 32)
+	_, _ = rand.Read(secret) // never fails (crypto/rand)
+	e := &embedded{Miniredis: miniredis.NewMiniRedis(), password: base64.RawURLEncoding.EncodeToString(secret)}
+	e.RequireAuth(e.password)
+	if err := e.StartAddr("127.0.0.1:0"); err != nil {
 		return nil, err
 	}
-	go func() {
-		t := time.NewTicker(5 * time.Millisecond)
-		defer t.Stop()
-		last := time.Now()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case now := <-t.C:
-				m.FastForward(now.Sub(last))
-				last = now
-			}
-		}
-	}()
-	return m, nil
+	var err error
+	if e.expiry, err = newExpiry(ctx, e.Server(), e.password); err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// URL is the redis:// URL Baton connects with, password included.
+func (e *embedded) URL() string {
+	return fmt.Sprintf("redis://:%s@%s", e.password, e.Addr())
 }

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // The zero-setup mode of `make run`: no BATON_REDIS_URL starts the embedded store.
@@ -50,5 +54,53 @@ func TestEmbeddedStore(t *testing.T) {
 	}
 	if st := <-done; st != http.StatusCreated {
 		t.Fatalf("waiter after release: %d", st)
+	}
+}
+
+// The embedded store's port is open to every local user: it needs a password,
+// a new random one each start, which only this process knows.
+func TestEmbeddedStoreNeedsPassword(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	emb, err := startEmbedded(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(emb.Close)
+	anyone := redis.NewClient(&redis.Options{Addr: emb.Addr()})
+	t.Cleanup(func() { anyone.Close() })
+	if err := anyone.Set(ctx, "k", "v", 0).Err(); err == nil || !strings.Contains(err.Error(), "NOAUTH") {
+		t.Fatalf("SET without a password: got %v, want NOAUTH", err)
+	}
+	if err := startTestEmbedded(t).Set(ctx, "k", "v", 0).Err(); err != nil {
+		t.Fatalf("SET with the URL's password: %v", err)
+	}
+	other, err := startEmbedded(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.Close)
+	if other.password == emb.password || len(emb.password) < 40 {
+		t.Errorf("passwords %q and %q: want a new random one each start", emb.password, other.password)
+	}
+
+	// The server's own store: its address is logged, its password is not.
+	_, logs := startServe(t, testConfig())
+	var line struct{ Addr string }
+	for l := range strings.Lines(logs.String()) {
+		if strings.Contains(l, "embedded in-process store") {
+			_ = json.Unmarshal([]byte(l), &line)
+		}
+	}
+	if line.Addr == "" {
+		t.Fatalf("no address in the embedded store's log line:\n%s", logs)
+	}
+	anyone = redis.NewClient(&redis.Options{Addr: line.Addr})
+	t.Cleanup(func() { anyone.Close() })
+	if err := anyone.Get(ctx, "k").Err(); err == nil || !strings.Contains(err.Error(), "NOAUTH") {
+		t.Errorf("GET on the server's store without a password: got %v, want NOAUTH", err)
+	}
+	if strings.Contains(logs.String(), "redis://") {
+		t.Errorf("the log shows the store's URL:\n%s", logs)
 	}
 }

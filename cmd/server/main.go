@@ -25,16 +25,37 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Stderr); err != nil {
+	ctx, forced := shutdownSignals()
+	if err := run(ctx, os.Stderr, forced); err != nil {
 		fmt.Fprintln(os.Stderr, "baton:", err)
 		os.Exit(1)
 	}
 }
 
-// run reads the configuration and serves until ctx ends.
-func run(ctx context.Context, logOut io.Writer) error {
+// shutdownSignals returns a context that ends at the first SIGINT or SIGTERM,
+// which starts the graceful shutdown, and a channel closed at the second, which
+// cuts it short.
+func shutdownSignals() (context.Context, <-chan struct{}) {
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	forced := make(chan struct{})
+	go func() {
+		<-sig
+		cancel()
+		<-sig
+		close(forced)
+	}()
+	return ctx, forced
+}
+
+// errForced ends a shutdown cut short by a second signal.
+var errForced = errors.New("second signal: exited at once, requests in flight were cut off")
+
+// run reads the configuration and serves until ctx ends. When forced is closed
+// during the graceful shutdown, it returns errForced at once, without waiting
+// for serve, whose requests and store calls end with the process.
+func run(ctx context.Context, logOut io.Writer, forced <-chan struct{}) error {
 	var cfg Config
 	if err := envconfig.Process("baton", &cfg); err != nil {
 		return fmt.Errorf("configuration: %w", err)
@@ -46,7 +67,15 @@ func run(ctx context.Context, logOut io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return serve(ctx, cfg, log, nil)
+	served := make(chan error, 1)
+	go func() { served <- serve(ctx, cfg, log, nil) }()
+	select {
+	case err := <-served:
+		return err
+	case <-forced:
+		log.Error().Msg("second signal during the shutdown: exiting at once, requests in flight are cut off")
+		return errForced
+	}
 }
 
 func newLogger(cfg Config, out io.Writer) (zerolog.Logger, error) {
@@ -70,13 +99,13 @@ func serve(ctx context.Context, cfg Config, log zerolog.Logger, listening func(n
 	if url == "" {
 		embedCtx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		m, err := startEmbedded(embedCtx)
+		emb, err := startEmbedded(embedCtx)
 		if err != nil {
 			return fmt.Errorf("embedded store: %w", err)
 		}
-		defer m.Close()
-		url = "redis://" + m.Addr()
-		log.Warn().Msg("BATON_REDIS_URL is empty: using the embedded in-process store. " +
+		defer emb.Close()
+		url = emb.URL() // carries the store's password: never logged
+		log.Warn().Str("addr", emb.Addr()).Msg("BATON_REDIS_URL is empty: using the embedded in-process store. " +
 			"It is for trying Baton out (one process, nothing kept), never for production: set BATON_REDIS_URL.")
 	}
 	rdb, err := store.NewClient(url)
@@ -107,7 +136,7 @@ func serve(ctx context.Context, cfg Config, log zerolog.Logger, listening func(n
 			Spec:    api.Spec,
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
-		WriteTimeout:      cfg.MaxWait + 30*time.Second,
+		WriteTimeout:      cfg.writeTimeout(),
 		IdleTimeout:       2 * time.Minute,
 	}
 	if cfg.DebugAddr != "" {

@@ -77,7 +77,7 @@ func startBaton(t *testing.T, name, redisURL string, env ...string) *proc {
 	t.Helper()
 	cmd := exec.Command(batonBinary(t))
 	cmd.Env = append(os.Environ(), "BATON_ADDR=127.0.0.1:0", "BATON_REDIS_URL="+redisURL,
-		"BATON_SHUTDOWN_DELAY=0s", "BATON_SHUTDOWN_TIMEOUT=2s", "BATON_LOG_FORMAT=json", "BATON_LOG_LEVEL=info")
+		"BATON_SHUTDOWN_DELAY=0s", "BATON_SHUTDOWN_TIMEOUT=8s", "BATON_LOG_FORMAT=json", "BATON_LOG_LEVEL=info")
 	cmd.Env = append(cmd.Env, env...)
 	p := &proc{name: name, cmd: cmd, logs: &lockedBuffer{}, exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.logs, p.logs

@@ -29,7 +29,7 @@ func TestSIGTERMShutdown(t *testing.T) {
 	l.Close()
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), "BATON_ADDR="+addr, "BATON_REDIS_URL=",
-		"BATON_SHUTDOWN_DELAY=1500ms", "BATON_SHUTDOWN_TIMEOUT=3s")
+		"BATON_SHUTDOWN_DELAY=1500ms", "BATON_SHUTDOWN_TIMEOUT=8s")
 	logs := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
@@ -103,7 +103,7 @@ func TestSIGTERMShutdown(t *testing.T) {
 			t.Errorf("exit: %v", err)
 		}
 		t.Logf("exited %v after SIGTERM", time.Since(sent))
-	case <-time.After(1500*time.Millisecond + 3*time.Second + 2*time.Second):
+	case <-time.After(1500*time.Millisecond + 8*time.Second + 2*time.Second):
 		t.Fatal("did not exit within its shutdown delay and timeout")
 	}
 }
@@ -135,4 +135,42 @@ func gauge(base, name string) float64 {
 		}
 	}
 	return -1
+}
+
+// A second SIGTERM or SIGINT during the shutdown ends the process at once, with
+// a non-zero exit code and a log line that says so.
+func TestSecondSignalForcesExit(t *testing.T) {
+	tests := []struct {
+		name string
+		give [2]syscall.Signal
+	}{
+		{name: "SIGTERM twice", give: [2]syscall.Signal{syscall.SIGTERM, syscall.SIGTERM}},
+		{name: "SIGINT then SIGTERM", give: [2]syscall.Signal{syscall.SIGINT, syscall.SIGTERM}},
+		{name: "SIGTERM then SIGINT", give: [2]syscall.Signal{syscall.SIGTERM, syscall.SIGINT}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := startBaton(t, "baton", "", "BATON_SHUTDOWN_DELAY=60s")
+			if err := p.cmd.Process.Signal(tt.give[0]); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the shutdown to begin", func() bool { return strings.Contains(p.logs.String(), "shutting down") })
+			sent := time.Now()
+			if err := p.cmd.Process.Signal(tt.give[1]); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-p.exited:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("still running 5s after a second %v (shutdown delay 60s)", tt.give[1])
+			}
+			t.Logf("exited %v after the second signal", time.Since(sent))
+			if code := p.cmd.ProcessState.ExitCode(); code == 0 {
+				t.Errorf("exit code 0 after a forced exit, want non-zero")
+			}
+			if !strings.Contains(p.logs.String(), "second signal") {
+				t.Errorf("no log line about the second signal:\n%s", p.logs)
+			}
+		})
+	}
 }
