@@ -102,7 +102,7 @@ func startTopology(dir, bin string, n int, redisArgs []string, batonEnv []string
 				"BATON_ADDR=127.0.0.1:" + strconv.Itoa(port), "BATON_REDIS_URL=" + redisURL,
 				"BATON_DEBUG_ADDR=127.0.0.1:" + strconv.Itoa(debugPort),
 				"BATON_KEY_PREFIX=" + keyPrefix, "BATON_LOG_LEVEL=warn", "BATON_LOG_FORMAT=json",
-				"BATON_SHUTDOWN_DELAY=0s", "BATON_SHUTDOWN_TIMEOUT=2s",
+				"BATON_SHUTDOWN_DELAY=0s", "BATON_SHUTDOWN_TIMEOUT=8s",
 			}, batonEnv...),
 		}
 		if err := b.start(); err != nil {
