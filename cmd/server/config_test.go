@@ -51,6 +51,8 @@ func TestValidate(t *testing.T) {
 		{name: "shutdown timeout under the worst store call", give: func(c *Config) { c.ShutdownTimeout = 5 * time.Second }, want: "BATON_SHUTDOWN_TIMEOUT (5s) must be at least 8s"},
 		{name: "shutdown timeout of the worst store call", give: func(c *Config) { c.ShutdownTimeout = 8 * time.Second }},
 		{name: "zero shutdown timeout", give: func(c *Config) { c.ShutdownTimeout = 0 }, want: "BATON_SHUTDOWN_TIMEOUT (0s) must be at least 8s"},
+		{name: "fence guard under 1s", give: func(c *Config) { c.FenceGuard = 999 * time.Millisecond }, want: "BATON_FENCE_GUARD (999ms) must be at least 1s"},
+		{name: "fence guard 1s", give: func(c *Config) { c.FenceGuard = time.Second }},
 		{name: "negative shutdown delay", give: func(c *Config) { c.ShutdownDelay = -time.Second }, want: "BATON_SHUTDOWN_DELAY (-1s) must not be negative"},
 	}
 	for _, tt := range tests {

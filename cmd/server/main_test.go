@@ -21,7 +21,7 @@ func testConfig() Config {
 		Addr: "127.0.0.1:0", KeyPrefix: "baton", DefaultTTL: 30 * time.Second,
 		MinTTL: 100 * time.Millisecond, MaxTTL: 24 * time.Hour, MaxWait: 60 * time.Second,
 		TicketTTL: 10 * time.Second, MaxWaiters: 50000, LogLevel: "info", LogFormat: "json",
-		ShutdownDelay: 0, ShutdownTimeout: 10 * time.Second, WaitTimeout: 100 * time.Millisecond,
+		ShutdownDelay: 0, ShutdownTimeout: 10 * time.Second, WaitTimeout: 100 * time.Millisecond, FenceGuard: time.Hour,
 	}
 }
 
