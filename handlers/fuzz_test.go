@@ -294,6 +294,21 @@ func FuzzAcquireBody(f *testing.F) {
 		{`{"fair":null,"wait_ms":null}`, "", false},
 		{"\ufeff{}", "", false},
 		{`{"a":{"b":[1,{"c":null}]}}`, "", false},
+		{`{"shared":true}`, "", false},
+		{`{"shared":true}`, "", true},
+		{`{"shared":true,"limit":3,"owner":"r"}`, "", false},
+		{`{"shared":true,"limit":1,"fair":true}`, "", true},
+		{`{"shared":true,"limit":0}`, "", false},
+		{`{"shared":false,"limit":2}`, "", false},
+		{`{"limit":2}`, "", false},
+		{`{"shared":true,"limit":1e9}`, "", false},
+		{`{"shared":true,"limit":1000000001}`, "", false},
+		{`{"shared":true,"limit":2.5}`, "", false},
+		{`{"shared":1}`, "", false},
+		{`{"shared":true,"wait_ms":50}`, "", true},
+		{`{"lease":"$LEASE","shared":true}`, "", true},
+		{`{"lease":"$LEASE","shared":false}`, "", true},
+		{`{"lease":"$LEASE","shared":true,"limit":2}`, "", true},
 	} {
 		f.Add([]byte(s.body), uint8(0), s.prefer, s.held)
 	}
@@ -338,8 +353,10 @@ func FuzzAcquireBody(f *testing.F) {
 func checkGrant(t *testing.T, what string, body []byte, got *resp) {
 	t.Helper()
 	var sent struct {
-		Owner string `json:"owner"`
-		TTLms *int64 `json:"ttl_ms"`
+		Owner  string `json:"owner"`
+		TTLms  *int64 `json:"ttl_ms"`
+		Shared bool   `json:"shared"`
+		Limit  *int64 `json:"limit"`
 	}
 	if len(bytes.TrimSpace(body)) > 0 && json.Unmarshal(body, &sent) != nil {
 		t.Errorf("%s: 201 for a body encoding/json rejects", what)
@@ -356,6 +373,17 @@ func checkGrant(t *testing.T, what string, body []byte, got *resp) {
 	}
 	if got.Str("owner") != sent.Owner || got.Int("ttl_ms") <= 0 || got.Int("ttl_ms") > ttl {
 		t.Errorf("%s: owner %q, ttl_ms %d; want owner %q, ttl_ms in (0, %d]", what, got.Str("owner"), got.Int("ttl_ms"), sent.Owner, ttl)
+	}
+	limit, hasLimit := got.Body["limit"]
+	switch {
+	case got.Bool("shared") != sent.Shared:
+		t.Errorf("%s: shared %v, want %v", what, got.Bool("shared"), sent.Shared)
+	case !sent.Shared && hasLimit:
+		t.Errorf("%s: an exclusive lease with limit %v", what, limit)
+	case sent.Shared && sent.Limit == nil && (!hasLimit || limit != nil):
+		t.Errorf("%s: a shared lease without a limit: limit %v, want null", what, limit)
+	case sent.Shared && sent.Limit != nil && got.Int("limit") != *sent.Limit:
+		t.Errorf("%s: limit %v, want %d", what, limit, *sent.Limit)
 	}
 }
 

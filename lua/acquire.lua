@@ -68,6 +68,9 @@ end
 if ok and not head_ticket() then
   grant(shared, limit, lh, ttl, owner, by, now, next_fence(now, ttl), ttl, '')
   if shared then
+    if shared_count() > 1 then
+      redis.call('PUBLISH', channel, 'c') -- a held lock's holds changed: watchers look
+    end
     return hold_reply('granted', now, 's', sprefix .. lh)
   end
   return hold_reply('granted', now, 'x', lock)

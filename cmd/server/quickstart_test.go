@@ -19,14 +19,16 @@ func TestREADMEQuickstart(t *testing.T) {
 		t.Fatal(err)
 	}
 	blocks := regexp.MustCompile("(?s)<!-- quickstart -->\\s*```sh\\n(.*?)```\\s*<!-- /quickstart -->").FindAllSubmatch(readme, -1)
-	if len(blocks) != 2 {
-		t.Fatalf("found %d quickstart blocks in README.md, want 2", len(blocks))
+	if len(blocks) != 3 {
+		t.Fatalf("found %d quickstart blocks in README.md, want 3", len(blocks))
 	}
 	base, _ := startServe(t, testConfig())
 	wants := [][]string{
 		{`"name":"nightly-report"`, `"owner":"cron@db1"`, "/v1/locks/backup/leases/", "/problems/lock-held",
 			`"ttl_ms":60000`, `"held":true`, `"released":true`, `"owner":"second"`},
 		{`"position":1`, "/v1/locks/payroll/leases/", `"released":true`},
+		{`"mode":"shared"`, `"holders":2`, `"owner":"reader-2"`, "/problems/lock-held", `"released":true`,
+			"/problems/limit-mismatch", `"limit":2`},
 	}
 	for i, b := range blocks {
 		cmd := exec.Command("bash", "-euo", "pipefail", "-c", string(b[1]))
