@@ -1,0 +1,78 @@
+package auth
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"crypto/tls"
+	"encoding/hex"
+)
+
+// keyring is one version of the keys file, ready for lookups. A reload builds a
+// new one and swaps it in whole.
+type keyring struct {
+	byHash map[[sha256.Size]byte]*entry
+	byCN   map[string]*Principal
+	byName map[string]*Principal
+}
+
+// entry is a key's principal beside the hash that names it.
+type entry struct {
+	sum [sha256.Size]byte
+	p   *Principal
+}
+
+// decoy stands in for a missing key, so that a miss does the same comparison as
+// a hit.
+var decoy = &entry{}
+
+// newKeyring builds the lookups for keys, carrying over the runtime state of
+// every name old (nil at start) also has.
+func newKeyring(keys []Key, old *keyring) *keyring {
+	ring := &keyring{
+		byHash: make(map[[sha256.Size]byte]*entry, len(keys)),
+		byCN:   make(map[string]*Principal),
+		byName: make(map[string]*Principal, len(keys)),
+	}
+	for _, k := range keys {
+		rt := newRuntime()
+		if old != nil {
+			if prev := old.byName[k.Name]; prev != nil {
+				rt = prev.rt
+			}
+		}
+		p := newPrincipal(k, rt)
+		ring.byName[k.Name] = p
+		if k.CertCN != "" {
+			ring.byCN[k.CertCN] = p
+			continue
+		}
+		e := &entry{p: p}
+		hex.Decode(e.sum[:], []byte(k.SHA256)) // validated by the parser
+		ring.byHash[e.sum] = e
+	}
+	return ring
+}
+
+// byKey returns the principal of a key. Only the key's SHA-256 is looked up, so
+// the map's timing depends on the hash, not on how much of a real key a guess
+// shares; the final comparison is constant-time and runs on a miss too.
+func (ring *keyring) byKey(key string) (*Principal, error) {
+	sum := sha256.Sum256([]byte(key))
+	e, ok := ring.byHash[sum]
+	if !ok {
+		e = decoy
+	}
+	if subtle.ConstantTimeCompare(sum[:], e.sum[:]) != 1 || !ok {
+		return nil, errUnknownKey
+	}
+	return e.p, nil
+}
+
+// byCert returns the principal whose cert_cn is the common name of the verified
+// client certificate, or nil. An unverified certificate counts for nothing.
+func (ring *keyring) byCert(cs *tls.ConnectionState) *Principal {
+	if cs == nil || len(cs.VerifiedChains) == 0 || len(cs.VerifiedChains[0]) == 0 {
+		return nil
+	}
+	return ring.byCN[cs.VerifiedChains[0][0].Subject.CommonName]
+}
