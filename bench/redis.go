@@ -40,7 +40,7 @@ type scriptLocker struct {
 }
 
 func newScriptLocker(rdb *redis.Client, prefix string) *scriptLocker {
-	return &scriptLocker{rdb: rdb, prefix: prefix, acq: redis.NewScript(lua.Compose(lua.Acquire, 3600000)), rel: redis.NewScript(lua.Compose(lua.Release, 3600000))}
+	return &scriptLocker{rdb: rdb, prefix: prefix, acq: redis.NewScript(lua.Compose(lua.Acquire, benchLua)), rel: redis.NewScript(lua.Compose(lua.Release, benchLua))}
 }
 
 func (s *scriptLocker) keys(name string) []string {
@@ -167,3 +167,6 @@ func scriptHandoff(rdb *redis.Client, s *scriptLocker) handoffRound {
 		return nil
 	}
 }
+
+// benchLua are the scripts' settings in the benchmark: Baton's defaults.
+var benchLua = lua.Settings{FenceGuardMs: 3600000, IdempotencyGraceMs: 60000}

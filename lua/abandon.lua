@@ -23,8 +23,7 @@ end
 prune_shared(now)
 local what = 'none'
 if th ~= '' then
-  redis.call('ZREM', queue, th)
-  if redis.call('DEL', KEYS[4]) == 1 then
+  if drop_ticket(th, KEYS[4]) == 1 then
     what = 'cancelled'
   end
 end

@@ -1,20 +1,24 @@
 -- acquire.lua: grant a hold (exclusive or shared), re-enter one, queue a fair
--- waiter, or report the lock busy.
+-- waiter, or report the lock busy; replay what an Idempotency-Key made.
 --
 -- KEYS: 1 lock, 2 fence, 3 queue (see lib.lua); 4 the caller's ticket key
---       P:{N}:t:<ticket hash> (any key of the lock's slot when mode is not 'fair')
+--       P:{N}:t:<ticket hash> (any key of the lock's slot when there is no ticket)
 -- ARGV: 1 lease hash (SHA-256 of the lease id: a new one, or the held one with
 --         mode 'reenter')
 --       2 ttl ms
 --       3 owner label
 --       4 mode: 'new' | 'fair' (queue when busy) | 'reenter'
---       5 ticket hash (mode 'fair')
---       6 lease hash the ticket will be granted under (mode 'fair')
+--       5 ticket hash (mode 'fair', or an idempotent request)
+--       6 lease hash the ticket will be granted under (likewise)
 --       7 ticket ttl ms (mode 'fair')
 --       8 poll ms: how long the caller will now wait for its ticket (mode 'fair')
 --       9 by: the principal making the request
 --       10 shared: '1' | '0'; with mode 'reenter' also '' (not said)
 --       11 limit of a shared hold: '0' for none
+--       12 idempotency record's key hash, or '' (see lib.lua: P:{N}:i:)
+--       13 the request body's hash (with 12)
+--       14 the session's remaining ms, or '': the hold (or the ticket's grant)
+--          lasts until the session's deadline, and ARGV 2 is not used
 -- Replies:
 --   {'granted', fence, count, pttl, at, owner, ttl, now, shared, limit}   new grant
 --   {'reentered', ...the same}                        count + 1, lease renewed
@@ -22,12 +26,20 @@
 --   {'mode_mismatch', 'x' | 's'}                      mode 'reenter', the hold is of the other mode
 --   {'limit_mismatch', limit}                         a shared request under another limit than the shared holds'
 --   {'busy', pttl, owner, waiters}                    no room, or queued waiters first
---   {'queued', position, waiters, pttl, ticket ttl}   mode 'fair', ticket created
+--   {'queued', position, waiters, pttl, ticket ttl}   ticket created (mode 'fair')
 --   {'ticket_granted', ...as granted}                 mode 'fair' retried after its ticket was granted
 --   {'abandoned'}                                     the request was abandoned (abandon.lua) before this ran
+--   {'replayed', ...as granted}                       the Idempotency-Key's hold, still held
+--   {'replayed_ticket', ...as granted}                its ticket's hold, still held
+--   {'replayed_queued', ...as queued}                 its ticket, still queued
+--   {'idem_used'}                                     what the key made has ended
+--   {'idem_mismatch'}                                 the key was used with another body
+--   {'session_gone'}                                  the session's deadline has passed
 local now = now_ms()
 local lh, ttl, owner, mode, by = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[9]
 local shared, limit = ARGV[10] == '1', ARGV[11]
+local ik, body, remaining = ARGV[12], ARGV[13], tonumber(ARGV[14])
+local th, tlh, tkey = ARGV[5], ARGV[6], KEYS[4]
 
 if mode == 'reenter' then
   prune_shared(now)
@@ -44,6 +56,41 @@ if mode == 'reenter' then
   return hold_reply('reentered', now, kind, key)
 end
 
+if ik ~= '' then
+  local rec = redis.call('HMGET', record_key(ik), 'b', 'k')
+  if rec[1] then
+    if rec[1] ~= body then
+      return {'idem_mismatch'}
+    end
+    settle(now)
+    local kind, key = find_hold(lh)
+    if rec[2] == 'h' and kind then
+      return hold_reply('replayed', now, kind, key)
+    end
+    if rec[2] == 't' then
+      kind, key = find_hold(tlh)
+      if kind then
+        return hold_reply('replayed_ticket', now, kind, key)
+      end
+      if redis.call('EXISTS', tkey) == 1 then
+        keep_ticket(tkey, now, tonumber(ARGV[8]))
+        local q = queued_reply(th, tkey, now)
+        q[1] = 'replayed_queued'
+        return q
+      end
+    end
+    return {'idem_used'}
+  end
+end
+
+local sd = ''
+if remaining then
+  ttl = remaining
+  if ttl <= 0 then
+    return {'session_gone'}
+  end
+  sd = str(now + ttl)
+end
 if redis.call('EXISTS', lock .. ':x:' .. lh) == 1 then
   return {'abandoned'}
 end
@@ -55,9 +102,18 @@ if kind then
   return hold_reply('granted', now, kind, key)
 end
 if mode == 'fair' then
-  kind, key = find_hold(ARGV[6])
+  kind, key = find_hold(tlh)
   if kind then
     return hold_reply('ticket_granted', now, kind, key)
+  end
+end
+
+-- record notes, for an Idempotency-Key, what the request made (a hold or a
+-- ticket, under hash h), for as long as that lives plus the grace.
+local function record(k, h, life)
+  if ik ~= '' then
+    redis.call('HSET', record_key(ik), 'b', body, 'k', k, 'h', h)
+    redis.call('PEXPIRE', record_key(ik), life + IDEMPOTENCY_GRACE_MS)
   end
 end
 
@@ -66,7 +122,8 @@ if mismatch then
   return {'limit_mismatch', redis.call('GET', slkey)}
 end
 if ok and not head_ticket() then
-  grant(shared, limit, lh, ttl, owner, by, now, next_fence(now, ttl), ttl, '')
+  record('h', lh, ttl)
+  grant(shared, limit, lh, ttl, owner, by, now, next_fence(now, ttl), ttl, '', ik)
   if shared then
     if shared_count() > 1 then
       redis.call('PUBLISH', channel, 'c') -- a held lock's holds changed: watchers look
@@ -77,7 +134,6 @@ if ok and not head_ticket() then
 end
 
 if mode == 'fair' then
-  local th, tkey = ARGV[5], KEYS[4]
   if redis.call('EXISTS', tkey) == 0 then
     local last = redis.call('ZRANGE', queue, -1, -1, 'WITHSCORES')
     local seq = 1
@@ -89,7 +145,9 @@ if mode == 'fair' then
     if shared then
       sh = '1'
     end
-    redis.call('HSET', tkey, 'lh', ARGV[6], 'ttl', ttl, 'owner', owner, 'tt', ARGV[7], 'by', by, 'sh', sh, 'lim', limit)
+    redis.call('HSET', tkey, 'lh', tlh, 'ttl', ttl, 'owner', owner, 'tt', ARGV[7], 'by', by, 'sh', sh, 'lim', limit,
+      'ik', ik, 'sd', sd)
+    record('t', th, 0)
   end
   keep_ticket(tkey, now, tonumber(ARGV[8]))
   return queued_reply(th, tkey, now)

@@ -15,8 +15,7 @@ if redis.call('EXISTS', tkey) == 1 then
   if redis.call('HGET', tkey, 'by') ~= by then
     return {'gone'}
   end
-  redis.call('ZREM', queue, th)
-  redis.call('DEL', tkey)
+  drop_ticket(th, tkey)
   settle(now)
   return {'cancelled'}
 end

@@ -12,9 +12,15 @@
 --   P:{N}:sl              the shared holds' limit ('0': none), while there are any
 --   P:{N}:t:<ticket hash> ticket hash: lh (lease hash it will be granted under),
 --                         ttl, owner, tt (ticket ttl ms), p (poll deadline, ms),
---                         by, sh ('1' shared), lim; its existence is its liveness
+--                         by, sh ('1' shared), lim, ik (its idempotency record),
+--                         sd (its session's deadline, Redis ms); its existence
+--                         is its liveness
 --   P:{N}:x:<lease hash>  tombstone of an abandoned request (abandon.lua), kept
 --                         briefly so that its acquire, run late, grants nothing
+--   P:{N}:i:<key hash>    an Idempotency-Key's record (hash of the principal and
+--                         the key): b (body hash), k ('h' a hold or 't' a ticket),
+--                         h (its hash); lives while what it made lives, and
+--                         IDEMPOTENCY_GRACE_MS after
 --   P:{N}:ev              pub/sub channel: 'r' (a hold ended and nobody is
 --                         queued), 'c' (the holds changed, nobody granted, the
 --                         queue waits) or
@@ -24,7 +30,8 @@
 -- A hold's fields, the same in the exclusive hash and a shared hold's hash: count,
 -- fence, owner, ttl (ms of the last grant or renewal), at (grant time, ms), tk
 -- (ticket hash while a handoff is unclaimed), by (the principal that made it),
--- lim (shared: the limit it was granted under). A hold lives while Redis time <=
+-- lim (shared: the limit it was granted under), ik (the key hash of its
+-- idempotency record, '' for none). A hold lives while Redis time <=
 -- its deadline (PEXPIRE; for shared holds also the score in P:{N}:s): every
 -- script first drops shared holds whose deadline has passed (expiry runs no
 -- script), then decides.
@@ -32,8 +39,9 @@
 -- Numbers above 2^31 (fences, times) travel as strings: Lua numbers are doubles and
 -- tostring would print them in exponent form.
 --
--- FENCE_GUARD_MS is not defined here: the loader (lua.Compose) puts it on the line
--- before this file, from store.Options.FenceGuard (BATON_FENCE_GUARD).
+-- FENCE_GUARD_MS and IDEMPOTENCY_GRACE_MS are not defined here: the loader
+-- (lua.Compose) puts them on the lines before this file, from store.Options
+-- (BATON_FENCE_GUARD, BATON_IDEMPOTENCY_GRACE).
 
 local lock, fencekey, queue = KEYS[1], KEYS[2], KEYS[3]
 local channel = lock .. ':ev'
@@ -117,9 +125,30 @@ local function find_hold(lh)
   return nil, nil
 end
 
+-- record_key is the key of an idempotency record, from its key hash.
+local function record_key(ik)
+  return lock .. ':i:' .. ik
+end
+
+-- keep_record makes the idempotency record ik (if any) outlive what it made,
+-- which now lives ms more, by the grace.
+local function keep_record(ik, ms)
+  if ik and ik ~= '' then
+    keep_at_least(record_key(ik), ms + IDEMPOTENCY_GRACE_MS)
+  end
+end
+
+-- end_record: what the record ik made has ended; it is kept for the grace.
+local function end_record(ik)
+  if ik and ik ~= '' then
+    redis.call('PEXPIRE', record_key(ik), IDEMPOTENCY_GRACE_MS)
+  end
+end
+
 -- set_deadline makes a hold live ttl ms from now.
 local function set_deadline(kind, key, lh, ttl, now)
   redis.call('PEXPIRE', key, ttl)
+  keep_record(redis.call('HGET', key, 'ik'), ttl)
   if kind == 's' then
     redis.call('ZADD', shkey, str(now + ttl), lh)
     keep_at_least(shkey, ttl)
@@ -130,6 +159,7 @@ end
 
 -- end_hold removes a hold entirely (whatever its count).
 local function end_hold(kind, key, lh)
+  end_record(redis.call('HGET', key, 'ik'))
   redis.call('DEL', key)
   if kind == 's' then
     redis.call('ZREM', shkey, lh)
@@ -179,14 +209,14 @@ end
 
 -- grant creates a hold under lease hash lh for window ms (the lease, or a claim
 -- window for an unclaimed handoff, with tk the ticket hash).
-local function grant(shared, limit, lh, ttl, owner, by, now, fence, window, tk)
+local function grant(shared, limit, lh, ttl, owner, by, now, fence, window, tk, ik)
   local key, kind = lock, 'x'
   if shared then
     key, kind = sprefix .. lh, 's'
     redis.call('SET', slkey, limit, 'KEEPTTL')
   end
   redis.call('HSET', key, 'count', 1, 'fence', str(fence), 'owner', owner, 'ttl', ttl, 'at', str(now),
-    'tk', tk, 'by', by, 'lim', limit)
+    'tk', tk, 'by', by, 'lim', limit, 'ik', ik or '')
   if not shared then
     redis.call('HSET', key, 'lease', lh)
   end
@@ -209,33 +239,55 @@ local function handoff(now, announce)
       break
     end
     local tkey = tprefix .. th
-    local t = redis.call('HMGET', tkey, 'lh', 'ttl', 'owner', 'tt', 'p', 'by', 'sh', 'lim')
-    local shared, limit = t[7] == '1', t[8] or '0'
-    if not fits(shared, limit) then
+    local t = redis.call('HMGET', tkey, 'lh', 'ttl', 'owner', 'tt', 'p', 'by', 'sh', 'lim', 'ik', 'sd')
+    local shared, limit, ttl = t[7] == '1', t[8] or '0', tonumber(t[2])
+    local sd = tonumber(t[10] or '')
+    if sd then -- a session's ticket: its hold shares the session's deadline
+      ttl = sd - now
+    end
+    if ttl <= 0 then -- its session has ended: the ticket goes with it
+      redis.call('ZREM', queue, th)
+      redis.call('DEL', tkey)
+      end_record(t[9])
+    elseif fits(shared, limit) then
+      local window, tk, claimed = math.min(tonumber(t[4]), ttl), th, '0'
+      if (tonumber(t[5]) or 0) >= now then
+        window, tk, claimed = ttl, '', '1'
+      end
+      -- The fence key must outlive the full lease even when the grant waits for its claim.
+      local fence = next_fence(now, ttl)
+      grant(shared, limit, t[1], ttl, t[3], t[6] or '', now, fence, window, tk, t[9])
+      redis.call('ZREM', queue, th)
+      redis.call('DEL', tkey)
+      local sh = '0'
+      if shared then
+        sh = '1'
+      end
+      redis.call('PUBLISH', channel, 'g:' .. th .. ':' .. str(fence) .. ':' .. str(now) .. ':' .. str(window) ..
+        ':' .. claimed .. ':' .. sh .. ':' .. limit .. ':' .. t[3])
+      granted = granted + 1
+    else
       break
     end
-    local window, tk, claimed = tonumber(t[4]), th, '0'
-    if (tonumber(t[5]) or 0) >= now then
-      window, tk, claimed = tonumber(t[2]), '', '1'
-    end
-    -- The fence key must outlive the full lease even when the grant waits for its claim.
-    local fence = next_fence(now, t[2])
-    grant(shared, limit, t[1], t[2], t[3], t[6] or '', now, fence, window, tk)
-    redis.call('ZREM', queue, th)
-    redis.call('DEL', tkey)
-    local sh = '0'
-    if shared then
-      sh = '1'
-    end
-    redis.call('PUBLISH', channel, 'g:' .. th .. ':' .. str(fence) .. ':' .. str(now) .. ':' .. str(window) ..
-      ':' .. claimed .. ':' .. sh .. ':' .. limit .. ':' .. t[3])
-    granted = granted + 1
   end
   if granted == 0 and announce then
     if redis.call('EXISTS', queue) == 0 then
       redis.call('PUBLISH', channel, 'r')
     else
       redis.call('PUBLISH', channel, 'c')
+    end
+  end
+  if granted == 0 and redis.call('EXISTS', queue) == 0 and redis.call('EXISTS', lock) == 0 and shared_count() == 0 then
+    -- Nothing holds or waits: the fence key need only last FENCE_GUARD_MS after
+    -- the last grant, not the rest of a lease that ended early. A fence is at
+    -- least its grant's time in microseconds, so fence / 1000 is no earlier than
+    -- the last grant, and counting the guard from it errs on the long side.
+    local last = tonumber(redis.call('GET', fencekey) or '0') or 0
+    local left = math.floor(last / 1000) + FENCE_GUARD_MS - now
+    if left <= 0 then
+      redis.call('DEL', fencekey)
+    elseif redis.call('PTTL', fencekey) > left then
+      redis.call('PEXPIRE', fencekey, left)
     end
   end
   return granted
@@ -298,6 +350,14 @@ local function keep_ticket(tkey, now, poll_ms)
   redis.call('PEXPIRE', tkey, life)
   keep_at_least(queue, life)
   keep_fence(life)
+  keep_record(redis.call('HGET', tkey, 'ik'), life)
+end
+
+-- drop_ticket removes a ticket (queued, not granted) and ends its record.
+local function drop_ticket(th, tkey)
+  redis.call('ZREM', queue, th)
+  end_record(redis.call('HGET', tkey, 'ik'))
+  return redis.call('DEL', tkey)
 end
 
 -- queued_reply: {'queued', position, waiters, soonest hold's pttl, ticket ttl}.

@@ -33,6 +33,26 @@ var (
 	abandon string
 	//go:embed unpoll.lua
 	unpoll string
+	//go:embed session_holds.lua
+	sessionHolds string
+)
+
+//go:embed session_lib.lua
+var sessionLib string
+
+var (
+	//go:embed session_create.lua
+	sessionCreate string
+	//go:embed session_get.lua
+	sessionGet string
+	//go:embed session_join.lua
+	sessionJoin string
+	//go:embed session_leave.lua
+	sessionLeave string
+	//go:embed session_renew.lua
+	sessionRenew string
+	//go:embed session_end.lua
+	sessionEnd string
 )
 
 // Script sources, each with lib.lua prepended. Compose makes them runnable.
@@ -47,11 +67,30 @@ var (
 	Poke    = lib + poke
 	Abandon = lib + abandon
 	Unpoll  = lib + unpoll
+	// SessionHolds acts on a session's holds in one lock.
+	SessionHolds = lib + sessionHolds
 )
 
+// Session script sources (on a session's own slot), each with session_lib.lua
+// prepended. Compose makes them runnable.
+var (
+	SessionCreate = sessionLib + sessionCreate
+	SessionGet    = sessionLib + sessionGet
+	SessionJoin   = sessionLib + sessionJoin
+	SessionLeave  = sessionLib + sessionLeave
+	SessionRenew  = sessionLib + sessionRenew
+	SessionEnd    = sessionLib + sessionEnd
+)
+
+// Settings are what lib.lua leaves to the loader, in milliseconds.
+type Settings struct {
+	FenceGuardMs       int64 // how long a lock's fence key outlives its last grant (BATON_FENCE_GUARD)
+	IdempotencyGraceMs int64 // how long an Idempotency-Key is remembered after what it made ended
+}
+
 // Compose returns a script source ready to load: src with the settings lib.lua
-// leaves to the loader defined ahead of it. fenceGuardMs is how long, in
-// milliseconds, a lock's fence key outlives its last grant (BATON_FENCE_GUARD).
-func Compose(src string, fenceGuardMs int64) string {
-	return "local FENCE_GUARD_MS = " + strconv.FormatInt(fenceGuardMs, 10) + "\n" + src
+// leaves to the loader defined ahead of it.
+func Compose(src string, set Settings) string {
+	return "local FENCE_GUARD_MS = " + strconv.FormatInt(set.FenceGuardMs, 10) + "\n" +
+		"local IDEMPOTENCY_GRACE_MS = " + strconv.FormatInt(set.IdempotencyGraceMs, 10) + "\n" + src
 }

@@ -35,6 +35,7 @@ type undo struct {
 	th, tlh string // its ticket and the ticket's lease hash, if any
 	poll    bool   // a ticket poll: unpoll rather than abandon
 	tomb    bool   // the request's script may still run: leave a tombstone
+	keep    bool   // an idempotent request: its client recovers it; nothing to undo
 	since   time.Time
 }
 
@@ -53,6 +54,9 @@ func newCleaner() *cleaner {
 
 // undo queues u for the cleaner.
 func (s *Store) undo(u undo) {
+	if u.keep {
+		return
+	}
 	u.since = time.Now()
 	c := s.clean
 	c.mu.Lock()

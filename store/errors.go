@@ -21,6 +21,13 @@ var (
 	ErrLimitMismatch = errors.New("limit mismatch")
 	// ErrModeMismatch: a re-entry named the other mode than its hold's.
 	ErrModeMismatch = errors.New("mode mismatch")
+	// ErrSessionNotFound: the session expired, was deleted, never existed, or
+	// belongs to another principal.
+	ErrSessionNotFound = errors.New("session not found")
+	// ErrIdempotencyUsed: what the request's Idempotency-Key made has ended.
+	ErrIdempotencyUsed = errors.New("idempotency key used")
+	// ErrIdempotencyMismatch: the Idempotency-Key was used with another body.
+	ErrIdempotencyMismatch = errors.New("idempotency key mismatch")
 	// ErrTooManyWaiters: this process already holds its maximum of long-polls.
 	ErrTooManyWaiters = errors.New("too many waiters")
 	// ErrUnavailable: Redis cannot be reached, or the store is shutting down.

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"time"
 )
@@ -9,9 +10,12 @@ import (
 // Acquire grants a hold (exclusive, or shared with r.Shared), re-enters a held
 // lease (r.Lease set), or, with r.Fair, queues a ticket when the lock is not
 // granted within r.Wait. A non-fair request that is not granted within r.Wait
-// returns a *HeldError (ErrLockHeld) and leaves no trace in Redis. Other errors:
-// ErrLeaseNotHeld and ErrModeMismatch (re-entry), a *LimitError
-// (ErrLimitMismatch), ErrTooManyWaiters, ErrUnavailable.
+// returns a *HeldError (ErrLockHeld) and leaves no trace in Redis. With
+// r.IdemKey, what the first request with that key made is answered again
+// (Replayed). With r.Session, the hold joins the session and lasts as long.
+// Other errors: ErrLeaseNotHeld and ErrModeMismatch (re-entry), a *LimitError
+// (ErrLimitMismatch), ErrIdempotencyUsed, ErrIdempotencyMismatch,
+// ErrSessionNotFound, ErrTooManyWaiters, ErrUnavailable.
 func (s *Store) Acquire(ctx context.Context, r AcquireRequest) (AcquireResult, error) {
 	if r.Lease != "" {
 		l, err := s.reenter(ctx, r)
@@ -20,50 +24,37 @@ func (s *Store) Acquire(ctx context.Context, r AcquireRequest) (AcquireResult, e
 	if ctx.Err() != nil { // nothing is created for a client already gone
 		return AcquireResult{}, clientGone("acquire", ctx)
 	}
-	id := newID()
-	lh := hashID(id)
-	keys := s.keys(r.Name)
+	ids, err := s.requestIDs(ctx, r)
+	if err != nil {
+		return AcquireResult{}, err
+	}
+	res, err := s.acquire1(ctx, r, ids)
+	if ids.member != "" && res.Lease == nil && res.Ticket == nil {
+		s.leaveSession(r, ids) // nothing was made: the session forgets the member
+	}
+	return res, err
+}
+
+func (s *Store) acquire1(ctx context.Context, r AcquireRequest, ids requestIDs) (AcquireResult, error) {
 	mode := "new"
-	var tid, th, tlh string
 	if r.Fair && (r.Wait <= 0 || s.shuttingDown()) {
 		// No wait: queue in the same call. With a wait, the first call only tries;
 		// the ticket is made once this process has a waiter slot for it.
-		tid = newID()
-		th, tlh = hashID(tid), hashID(ticketLease(tid))
-		keys = append(keys, s.ticketKey(r.Name, th))
 		mode = "fair"
-	} else {
-		keys = append(keys, keys[0])
 	}
-	made := undo{name: r.Name, lh: lh, th: th, tlh: tlh}
+	made := ids.undo(r.Name)
 	// Retried when the connection breaks: the script knows its own lease and
 	// ticket hashes, so a second run answers the first one's grant or ticket
 	// instead of leaving a lock held by a lease nobody was told of.
-	rep, err := s.runGrant(ctx, s.acquire, "acquire", keys, true, s.acquireArgs(r, lh, mode, th, tlh, 0)...)
+	rep, err := s.runGrant(ctx, s.acquire, "acquire", ids.keys(s, r.Name), true, s.acquireArgs(r, ids, ids.lh, mode, 0)...)
 	if err != nil {
 		s.failed(made, err)
 		return AcquireResult{}, err
 	}
-	switch rep.code {
-	case "granted", "queued", "ticket_granted":
-		if ctx.Err() != nil {
-			s.dropGrant(made)
-			return AcquireResult{}, clientGone("acquire", ctx)
-		}
+	if res, err, done := s.settled(ctx, r, ids, rep); done {
+		return res, err
 	}
 	switch rep.code {
-	case "granted":
-		s.count("granted")
-		return AcquireResult{Lease: rep.lease(r.Name, id)}, nil
-	case "queued":
-		s.count("queued")
-		return AcquireResult{Ticket: rep.ticket(r.Name, tid)}, nil
-	case "ticket_granted":
-		s.count("granted")
-		return AcquireResult{Lease: rep.lease(r.Name, ticketLease(tid))}, nil
-	case "limit_mismatch":
-		s.count("limit_mismatch")
-		return AcquireResult{}, &LimitError{Limit: int(rep.int(0))}
 	case "busy":
 		held := rep.held()
 		if r.Wait <= 0 || s.shuttingDown() {
@@ -71,17 +62,64 @@ func (s *Store) Acquire(ctx context.Context, r AcquireRequest) (AcquireResult, e
 			return AcquireResult{}, held
 		}
 		if r.Fair {
-			return s.waitFair(ctx, r, id)
+			return s.waitFair(ctx, r, ids)
 		}
-		l, err := s.waitLock(ctx, r, id, held)
-		return AcquireResult{Lease: l}, err
+		return s.waitLock(ctx, r, ids, held)
 	default:
 		return AcquireResult{}, unexpected("acquire", rep)
 	}
 }
 
+// settled turns every acquire reply but 'busy' into its result; done is false
+// for 'busy'. A grant or ticket made for a client that has gone is undone.
+func (s *Store) settled(ctx context.Context, r AcquireRequest, ids requestIDs, rep reply) (AcquireResult, error, bool) {
+	switch rep.code {
+	case "granted", "queued", "ticket_granted":
+		if ctx.Err() != nil {
+			s.dropGrant(ids.undo(r.Name))
+			return AcquireResult{}, clientGone("acquire", ctx), true
+		}
+	}
+	switch rep.code {
+	case "granted":
+		s.count("granted")
+		return AcquireResult{Lease: rep.lease(r.Name, ids.lease)}, nil, true
+	case "queued":
+		s.count("queued")
+		return AcquireResult{Ticket: rep.ticket(r.Name, ids.ticket)}, nil, true
+	case "ticket_granted":
+		s.count("granted")
+		return AcquireResult{Lease: rep.lease(r.Name, ticketLease(ids.ticket))}, nil, true
+	case "replayed":
+		s.count("replayed")
+		return AcquireResult{Lease: rep.lease(r.Name, ids.lease), Replayed: true}, nil, true
+	case "replayed_ticket":
+		s.count("replayed")
+		return AcquireResult{Lease: rep.lease(r.Name, ticketLease(ids.ticket)), Replayed: true}, nil, true
+	case "replayed_queued":
+		s.count("replayed")
+		return AcquireResult{Ticket: rep.ticket(r.Name, ids.ticket), Replayed: true}, nil, true
+	case "limit_mismatch":
+		s.count("limit_mismatch")
+		return AcquireResult{}, &LimitError{Limit: int(rep.int(0))}, true
+	case "idem_used":
+		s.count("idempotency_used")
+		return AcquireResult{}, ErrIdempotencyUsed, true
+	case "idem_mismatch":
+		s.count("idempotency_mismatch")
+		return AcquireResult{}, ErrIdempotencyMismatch, true
+	case "session_gone":
+		s.count("session_gone")
+		return AcquireResult{}, ErrSessionNotFound, true
+	case "abandoned":
+		s.count("error")
+		return AcquireResult{}, fmt.Errorf("acquire: abandoned before it ran: %w", ErrUnavailable), true
+	}
+	return AcquireResult{}, nil, false
+}
+
 // acquireArgs are acquire.lua's ARGV for r under lease hash lh.
-func (s *Store) acquireArgs(r AcquireRequest, lh, mode, th, tlh string, poll time.Duration) []any {
+func (s *Store) acquireArgs(r AcquireRequest, ids requestIDs, lh, mode string, poll time.Duration) []any {
 	shared := "0"
 	if r.Shared {
 		shared = "1"
@@ -89,7 +127,12 @@ func (s *Store) acquireArgs(r AcquireRequest, lh, mode, th, tlh string, poll tim
 	if mode == "reenter" && !r.ModeGiven {
 		shared = ""
 	}
-	return []any{lh, ms(r.TTL), r.Owner, mode, th, tlh, ms(s.opt.TicketTTL), ms(poll), r.By, shared, strconv.Itoa(r.Limit)}
+	remaining := ""
+	if ids.member != "" {
+		remaining = strconv.FormatInt(ms(ids.remaining-time.Since(ids.joined)), 10)
+	}
+	return []any{lh, ms(r.TTL), r.Owner, mode, ids.th, ids.tlh, ms(s.opt.TicketTTL), ms(poll), r.By, shared,
+		strconv.Itoa(r.Limit), ids.ik, r.BodyHash, remaining}
 }
 
 func (s *Store) reenter(ctx context.Context, r AcquireRequest) (*Lease, error) {
@@ -98,7 +141,7 @@ func (s *Store) reenter(ctx context.Context, r AcquireRequest) (*Lease, error) {
 		return nil, ErrLeaseNotHeld
 	}
 	keys := append(s.keys(r.Name), s.keys(r.Name)[0])
-	rep, err := s.runGrant(ctx, s.acquire, "reenter", keys, false, s.acquireArgs(r, hashID(r.Lease), "reenter", "", "", 0)...)
+	rep, err := s.runGrant(ctx, s.acquire, "reenter", keys, false, s.acquireArgs(r, requestIDs{}, hashID(r.Lease), "reenter", 0)...)
 	if err != nil {
 		s.count("error")
 		return nil, err

@@ -129,6 +129,21 @@ func (r reply) lockState(name string) State {
 	return st
 }
 
+// session decodes {code, ttl, remaining, now, owner, members...}.
+func (r reply) session(id string) Session {
+	remaining := r.ms(1)
+	return Session{ID: id, TTL: r.ms(0), Remaining: remaining, ExpiresAt: fromMillis(r.int(2)).Add(remaining), Owner: r.str(3)}
+}
+
+// members are a session reply's members.
+func (r reply) members() []string {
+	var out []string
+	for i := 4; i < len(r.v); i++ {
+		out = append(out, r.str(i))
+	}
+	return out
+}
+
 func unexpected(op string, r reply) error {
 	return fmt.Errorf("%s: unexpected script reply %q", op, r.code)
 }

@@ -50,6 +50,13 @@ type Options struct {
 	// never steps back by more than this (lua/lib.lua, next_fence, says why).
 	// Under a second is taken as a second.
 	FenceGuard time.Duration
+
+	// IdempotencyGrace is how long an Idempotency-Key is remembered after what
+	// its request made has ended; default 60s.
+	IdempotencyGrace time.Duration
+	// Secret is the key ids of idempotent requests are derived with (HMAC), the
+	// same on every replica; empty: one is made once and kept in Redis.
+	Secret []byte
 }
 
 // Store is the Redis lock store. It is safe for concurrent use.
@@ -61,6 +68,10 @@ type Store struct {
 	waiters atomic.Int64
 
 	acquire, renew, release, force, state, poll, cancel, poke, abandon, unpoll *redis.Script
+
+	sessionHolds, sessionCreate, sessionGet, sessionJoin, sessionLeave, sessionRenew, sessionEnd *redis.Script
+
+	secretKey atomic.Pointer[[]byte] // see secret.go
 
 	clean *cleaner
 
@@ -204,25 +215,37 @@ func New(rdb redis.UniversalClient, opt Options) *Store {
 		opt.FenceGuard = time.Hour
 	}
 	opt.FenceGuard = max(opt.FenceGuard, time.Second)
+	if opt.IdempotencyGrace <= 0 {
+		opt.IdempotencyGrace = time.Minute
+	}
+	set := lua.Settings{FenceGuardMs: opt.FenceGuard.Milliseconds(), IdempotencyGraceMs: opt.IdempotencyGrace.Milliseconds()}
 	script := func(src string) *redis.Script {
-		return redis.NewScript(lua.Compose(src, opt.FenceGuard.Milliseconds()))
+		return redis.NewScript(lua.Compose(src, set))
 	}
 	s := &Store{
-		rdb:      rdb,
-		opt:      opt,
-		m:        opt.Metrics,
-		acquire:  script(lua.Acquire),
-		renew:    script(lua.Renew),
-		release:  script(lua.Release),
-		force:    script(lua.Force),
-		state:    script(lua.State),
-		poll:     script(lua.Poll),
-		cancel:   script(lua.Cancel),
-		poke:     script(lua.Poke),
-		abandon:  script(lua.Abandon),
-		unpoll:   script(lua.Unpoll),
-		clean:    newCleaner(),
-		shutdown: make(chan struct{}),
+		rdb:     rdb,
+		opt:     opt,
+		m:       opt.Metrics,
+		acquire: script(lua.Acquire),
+		renew:   script(lua.Renew),
+		release: script(lua.Release),
+		force:   script(lua.Force),
+		state:   script(lua.State),
+		poll:    script(lua.Poll),
+		cancel:  script(lua.Cancel),
+		poke:    script(lua.Poke),
+		abandon: script(lua.Abandon),
+		unpoll:  script(lua.Unpoll),
+
+		sessionHolds:  script(lua.SessionHolds),
+		sessionCreate: script(lua.SessionCreate),
+		sessionGet:    script(lua.SessionGet),
+		sessionJoin:   script(lua.SessionJoin),
+		sessionLeave:  script(lua.SessionLeave),
+		sessionRenew:  script(lua.SessionRenew),
+		sessionEnd:    script(lua.SessionEnd),
+		clean:         newCleaner(),
+		shutdown:      make(chan struct{}),
 	}
 	s.disp = newDispatcher(rdb, s.pokeLock, opt.Logger, s.m)
 	go s.runCleaner()
@@ -261,7 +284,8 @@ func (s *Store) Ready(ctx context.Context) error {
 }
 
 func (s *Store) scripts() []*redis.Script {
-	return []*redis.Script{s.acquire, s.renew, s.release, s.force, s.state, s.poll, s.cancel, s.poke, s.abandon, s.unpoll}
+	return []*redis.Script{s.acquire, s.renew, s.release, s.force, s.state, s.poll, s.cancel, s.poke, s.abandon, s.unpoll,
+		s.sessionHolds, s.sessionCreate, s.sessionGet, s.sessionJoin, s.sessionLeave, s.sessionRenew, s.sessionEnd}
 }
 
 // Shutdown ends every long-poll now with its normal "still waiting" answer, and

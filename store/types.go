@@ -73,6 +73,12 @@ type AcquireRequest struct {
 	// ModeGiven says a re-entry named its mode (Shared): it must match the hold's.
 	ModeGiven bool
 	By        string // the principal asking (Principal.ID); holds and tickets are bound to it
+
+	// IdemKey is the request's Idempotency-Key, BodyHash its body's hash: a
+	// retry with the key gets what the first request made.
+	IdemKey, BodyHash string
+	// Session is a session id: the hold joins that session and lasts as long.
+	Session string
 }
 
 // Ref names a lease or a ticket of a lock, as asked for by a principal.
@@ -87,6 +93,7 @@ type AcquireResult struct {
 	Lease     *Lease
 	Reentered bool
 	Ticket    *Ticket
+	Replayed  bool // what an earlier request with the same Idempotency-Key made
 }
 
 // Release is the outcome of releasing one hold.
@@ -102,4 +109,5 @@ type PollResult struct {
 	Ticket *Ticket
 
 	holderTTL time.Duration // time until the soonest hold ends while the ticket waits
+	replayed  bool          // a fair acquire's Idempotency-Key replayed
 }

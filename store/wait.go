@@ -15,14 +15,12 @@ func clientGone(op string, ctx context.Context) error {
 // waitLock is a non-fair wait: it tries again when a release is announced, when the
 // holder's lease should have run out, and when the pub/sub connection comes back.
 // It returns a *HeldError with the latest holder when the wait ends ungranted.
-func (s *Store) waitLock(ctx context.Context, r AcquireRequest, id string, held *HeldError) (*Lease, error) {
+func (s *Store) waitLock(ctx context.Context, r AcquireRequest, ids requestIDs, held *HeldError) (AcquireResult, error) {
 	if err := s.reserveWaiter(); err != nil {
 		s.count("too_many_waiters")
-		return nil, err
+		return AcquireResult{}, err
 	}
 	defer s.releaseWaiter()
-	lh := hashID(id)
-	keys := append(s.keys(r.Name), s.keys(r.Name)[0])
 	w := s.disp.add(r.Name, s.channel(r.Name), kindAcquire, "")
 	forward := false
 	defer func() { s.disp.remove(w, forward) }()
@@ -34,47 +32,47 @@ func (s *Store) waitLock(ctx context.Context, r AcquireRequest, id string, held 
 		case <-w.signal:
 		case <-deadline.C:
 			s.count("held")
-			return nil, held
+			return AcquireResult{}, held
 		case <-s.shutdown:
 			s.count("held")
-			return nil, held
+			return AcquireResult{}, held
 		case <-ctx.Done():
 			forward = true
-			return nil, clientGone("acquire", ctx)
+			return AcquireResult{}, clientGone("acquire", ctx)
 		}
 		s.disp.take(w)
 		woke := time.Now()
 		forward = true // until this try has an answer, a release it was given is not lost
 		// Retried when the connection breaks: idempotent, see Acquire.
-		rep, err := s.runGrant(ctx, s.acquire, "acquire", keys, true, s.acquireArgs(r, lh, "new", "", "", 0)...)
+		rep, err := s.runGrant(ctx, s.acquire, "acquire", ids.keys(s, r.Name), true, s.acquireArgs(r, ids, ids.lh, "new", 0)...)
 		if err != nil {
-			s.failed(undo{name: r.Name, lh: lh}, err)
-			return nil, err
+			s.failed(ids.undo(r.Name), err)
+			return AcquireResult{}, err
 		}
 		forward = false
 		switch rep.code {
+		case "busy":
+			held = rep.held()
+			s.disp.observe(w, held.TTL)
+			continue
 		case "granted":
-			l := rep.lease(r.Name, id)
+			l := rep.lease(r.Name, ids.lease)
 			s.disp.observe(w, l.TTL) // the waiters left behind wait for this lease
 			// A shared hold may leave room for the next waiter too: let it try.
 			forward = l.Shared
 			if ctx.Err() != nil {
 				forward = true
-				s.dropGrant(undo{name: r.Name, lh: lh})
-				return nil, clientGone("acquire", ctx)
+				s.dropGrant(ids.undo(r.Name))
+				return AcquireResult{}, clientGone("acquire", ctx)
 			}
 			s.count("granted")
 			s.m.Handoff.Observe(time.Since(woke).Seconds())
-			return l, nil
-		case "limit_mismatch":
-			s.count("limit_mismatch")
-			return nil, &LimitError{Limit: int(rep.int(0))}
-		case "busy":
-			held = rep.held()
-			s.disp.observe(w, held.TTL)
-		default:
-			return nil, unexpected("acquire", rep)
+			return AcquireResult{Lease: l}, nil
 		}
+		if res, err, done := s.settled(ctx, r, ids, rep); done {
+			return res, err
+		}
+		return AcquireResult{}, unexpected("acquire", rep)
 	}
 }
 
@@ -98,24 +96,25 @@ func (s *Store) dropGrant(u undo) {
 
 // waitFair is a fair acquire with a wait: the first check (after the subscription)
 // queues a ticket unless the lock is free; then it waits for that ticket's grant.
-func (s *Store) waitFair(ctx context.Context, r AcquireRequest, id string) (AcquireResult, error) {
+func (s *Store) waitFair(ctx context.Context, r AcquireRequest, ids requestIDs) (AcquireResult, error) {
 	if err := s.reserveWaiter(); err != nil {
 		s.count("too_many_waiters")
 		return AcquireResult{}, err
 	}
 	defer s.releaseWaiter()
-	tid := newID()
-	t := ticketWait{name: r.Name, ticket: tid, th: hashID(tid), tlh: hashID(ticketLease(tid)), own: hashID(id), by: r.By}
-	keys := append(s.keys(r.Name), s.ticketKey(r.Name, t.th))
+	t := ticketWait{name: r.Name, ticket: ids.ticket, th: ids.th, tlh: ids.tlh, own: ids.lh, by: r.By, keep: ids.ik != ""}
 	t.enqueue = func(ctx context.Context, poll time.Duration) (reply, error) {
 		// Retried when the connection breaks: idempotent, see Acquire.
-		return s.runGrant(ctx, s.acquire, "acquire", keys, true, s.acquireArgs(r, t.own, "fair", t.th, t.tlh, poll)...)
+		return s.runGrant(ctx, s.acquire, "acquire", ids.keys(s, r.Name), true, s.acquireArgs(r, ids, ids.lh, "fair", poll)...)
 	}
 	res, err := s.awaitTicket(ctx, t, time.Now().Add(r.Wait))
 	var limit *LimitError
 	switch {
 	case errors.As(err, &limit):
 		s.count("limit_mismatch")
+		return AcquireResult{}, err
+	case errors.Is(err, ErrIdempotencyUsed), errors.Is(err, ErrIdempotencyMismatch), errors.Is(err, ErrSessionNotFound):
+		s.count("refused")
 		return AcquireResult{}, err
 	case err != nil && ctx.Err() != nil:
 		s.count("abandoned")
@@ -125,14 +124,17 @@ func (s *Store) waitFair(ctx context.Context, r AcquireRequest, id string) (Acqu
 		return AcquireResult{}, err
 	}
 	if res.Lease != nil && res.Lease.ID == "" {
-		res.Lease.ID = id // granted at once under the request's own lease
+		res.Lease.ID = ids.lease // granted at once under the request's own lease
 	}
-	if res.Lease != nil {
+	switch {
+	case res.replayed:
+		s.count("replayed")
+	case res.Lease != nil:
 		s.count("granted")
-	} else {
+	default:
 		s.count("queued")
 	}
-	return AcquireResult{Lease: res.Lease, Ticket: res.Ticket}, nil
+	return AcquireResult{Lease: res.Lease, Ticket: res.Ticket, Replayed: res.replayed}, nil
 }
 
 // Poll is a fair waiter's long-poll: it keeps the ticket alive (a poll in flight
@@ -177,6 +179,7 @@ type ticketWait struct {
 	th, tlh      string // the ticket's hash and its lease's hash
 	own          string // a fair acquire's own lease hash; "" for a poll
 	by           string // the principal waiting
+	keep         bool   // an idempotent acquire: nothing to undo (its client retries)
 	// enqueue, for a fair acquire, makes the first check: it creates the ticket,
 	// or grants at once under the request's own lease.
 	enqueue func(context.Context, time.Duration) (reply, error)
@@ -187,7 +190,7 @@ type ticketWait struct {
 // never saw the ticket); a poll's grant is kept for the ticket's next poll.
 func (s *Store) undoTicket(t ticketWait) {
 	if t.own != "" {
-		s.undo(undo{name: t.name, lh: t.own, th: t.th, tlh: t.tlh, tomb: true})
+		s.undo(undo{name: t.name, lh: t.own, th: t.th, tlh: t.tlh, tomb: true, keep: t.keep})
 		return
 	}
 	s.undo(undo{name: t.name, th: t.th, tlh: t.tlh, poll: true})
@@ -215,6 +218,16 @@ func ticketResult(name, ticket string, rep reply) (PollResult, error) {
 		return PollResult{}, fmt.Errorf("acquire: abandoned before it ran: %w", ErrUnavailable)
 	case "limit_mismatch":
 		return PollResult{}, &LimitError{Limit: int(rep.int(0))}
+	case "replayed_ticket":
+		return PollResult{Lease: rep.lease(name, ticketLease(ticket)), replayed: true}, nil
+	case "replayed_queued":
+		return PollResult{Ticket: rep.ticket(name, ticket), holderTTL: rep.queuedHolderTTL(), replayed: true}, nil
+	case "idem_used":
+		return PollResult{}, ErrIdempotencyUsed
+	case "idem_mismatch":
+		return PollResult{}, ErrIdempotencyMismatch
+	case "session_gone":
+		return PollResult{}, ErrSessionNotFound
 	default:
 		return PollResult{}, unexpected("poll", rep)
 	}
@@ -236,19 +249,27 @@ func (s *Store) awaitTicket(ctx context.Context, t ticketWait, until time.Time) 
 	defer deadline.Stop()
 
 	enqueue := t.enqueue
+	replayed := false // the first check replayed an Idempotency-Key's ticket
 	check := func(ctx context.Context, poll time.Duration) (PollResult, error) {
 		if enqueue == nil {
-			return s.pollOnce(ctx, t, poll)
+			res, err := s.pollOnce(ctx, t, poll)
+			res.replayed = res.replayed || replayed
+			return res, err
 		}
 		rep, err := enqueue(ctx, poll)
 		if err != nil {
 			return PollResult{}, err
 		}
 		enqueue = nil
-		if rep.code == "granted" {
+		switch rep.code {
+		case "granted":
 			return PollResult{Lease: rep.lease(t.name, "")}, nil
+		case "replayed":
+			return PollResult{Lease: rep.lease(t.name, ""), replayed: true}, nil
 		}
-		return ticketResult(t.name, t.ticket, rep)
+		res, err := ticketResult(t.name, t.ticket, rep)
+		replayed = res.replayed
+		return res, err
 	}
 	// settle ends a check: its result stands only while the client is there.
 	settle := func(res PollResult, err error) (PollResult, error) {

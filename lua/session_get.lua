@@ -1,0 +1,12 @@
+-- session_get.lua: a session and its members.
+--
+-- KEYS: 1 session, 2 members (see session_lib.lua)
+-- ARGV: 1 by
+-- Replies:
+--   {'session', ttl, remaining, now, owner, members...}
+--   {'gone'}    expired, ended, unknown, or another principal's
+local now = now_ms()
+if not alive(now, ARGV[1]) then
+  return {'gone'}
+end
+return session_reply('session', now)

@@ -1,0 +1,42 @@
+-- session_lib.lua: helpers shared by the session scripts, prepended like lib.lua.
+--
+-- KEYS, the same for every session script (prefix P, session hash S, the
+-- SHA-256 of the session id; the {S} hash tag puts both in one slot):
+--   KEYS[1]  P:s:{S}    session hash: by (the principal that made it), ttl,
+--                       owner, dl (deadline, Redis ms; 0 once ended), b (the
+--                       creating request's body hash, for its Idempotency-Key);
+--                       PEXPIRE = its deadline plus IDEMPOTENCY_GRACE_MS, so
+--                       that a retry of its creation after it ended is told so
+--   KEYS[2]  P:s:{S}:h  its members: 'h:<nonce>:<lock name>' (a hold) and
+--                       't:<nonce>:<lock name>' (a ticket); the lease or ticket id
+--                       is derived from the session id and the nonce, so Redis
+--                       never holds one. PEXPIRE = the session's deadline.
+-- A session lives while Redis time <= dl.
+local sess, members = KEYS[1], KEYS[2]
+
+local function str(n)
+  return string.format('%.0f', n)
+end
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- alive reports whether the session lives and belongs to by.
+local function alive(now, by)
+  local s = redis.call('HMGET', sess, 'by', 'dl')
+  return s[1] == by and (tonumber(s[2]) or 0) >= now
+end
+
+-- session_reply: {code, ttl, remaining ms, now, owner, members...}.
+local function session_reply(code, now)
+  local s = redis.call('HMGET', sess, 'ttl', 'dl', 'owner')
+  local out = {code, tonumber(s[1]), math.max(tonumber(s[2]) - now, 0), str(now), s[3]}
+  for _, m in ipairs(redis.call('SMEMBERS', members)) do
+    out[#out + 1] = m
+  end
+  return out
+end
+
+-- End of session_lib.lua.

@@ -1,0 +1,228 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Sessions: many holds, one heartbeat. A session lives in its own slot
+// (P:s:{S}, S the SHA-256 of its id) with the members it made (lua/
+// session_lib.lua); its holds live in their locks' slots, so nothing here is
+// atomic across locks: the session's script runs first (it is renewed, or
+// ended, and names its members), then each lock's script, pipelined. A crash
+// in between leaves holds that end at the session's deadline, which they share;
+// a member whose hold is gone is forgotten by the next renewal or look.
+
+// SessionRequest asks for a session.
+type SessionRequest struct {
+	TTL      time.Duration
+	Owner    string
+	By       string // the principal; the session is bound to it
+	IdemKey  string // an Idempotency-Key: a retry gets the same session
+	BodyHash string
+}
+
+// Session is a session, and (from GetSession) the holds in it.
+type Session struct {
+	ID        string
+	TTL       time.Duration // the ttl it was made or last renewed with
+	Remaining time.Duration // by the Redis server's clock
+	ExpiresAt time.Time
+	Owner     string
+	Locks     int           // holds in it
+	Holds     []SessionHold // from GetSession only
+}
+
+// SessionHold is one hold of a session.
+type SessionHold struct {
+	Name   string
+	Lease  string // the lease id: the session's owner may act on the hold directly
+	Fence  int64
+	Count  int
+	Shared bool
+}
+
+func (s *Store) sessionKeys(id string) []string {
+	k := s.opt.Prefix + ":s:{" + hashID(id) + "}"
+	return []string{k, k + ":h"}
+}
+
+// CreateSession makes a session. With an Idempotency-Key, the id is derived from
+// it, so a retry gets the first request's session (replayed). Errors:
+// ErrIdempotencyUsed, ErrIdempotencyMismatch, ErrUnavailable.
+func (s *Store) CreateSession(ctx context.Context, r SessionRequest) (Session, bool, error) {
+	id := newID()
+	if r.IdemKey != "" {
+		secret, err := s.secret(ctx)
+		if err != nil {
+			return Session{}, false, err
+		}
+		id = derive(secret, "session", r.By, r.IdemKey)
+	}
+	rep, err := s.run(ctx, s.sessionCreate, "session create", s.sessionKeys(id), true, r.By, ms(r.TTL), r.Owner, r.BodyHash)
+	if err != nil {
+		return Session{}, false, err
+	}
+	switch rep.code {
+	case "created":
+		return rep.session(id), false, nil
+	case "replayed":
+		sess := rep.session(id)
+		sess.Locks = len(rep.members())
+		return sess, true, nil
+	case "idem_used":
+		return Session{}, false, ErrIdempotencyUsed
+	case "idem_mismatch":
+		return Session{}, false, ErrIdempotencyMismatch
+	default:
+		return Session{}, false, unexpected("session create", rep)
+	}
+}
+
+// GetSession returns a live session with its holds. Errors: ErrSessionNotFound,
+// ErrUnavailable.
+func (s *Store) GetSession(ctx context.Context, ref Ref) (Session, error) {
+	if !plausibleID(ref.ID) {
+		return Session{}, ErrSessionNotFound
+	}
+	rep, err := s.run(ctx, s.sessionGet, "session get", s.sessionKeys(ref.ID), true, ref.By)
+	if err != nil {
+		return Session{}, err
+	}
+	if rep.code != "session" {
+		return Session{}, ErrSessionNotFound
+	}
+	sess := rep.session(ref.ID)
+	sess.Holds, err = s.sessionHoldsOp(ctx, ref, "look", 0, rep.members())
+	sess.Locks = len(sess.Holds)
+	return sess, err
+}
+
+// RenewSession extends a session and every hold in it to ttl (0: its last ttl);
+// a ticket of the session will be granted until the new deadline. Errors:
+// ErrSessionNotFound, ErrUnavailable.
+func (s *Store) RenewSession(ctx context.Context, ref Ref, ttl time.Duration) (Session, error) {
+	if !plausibleID(ref.ID) {
+		return Session{}, ErrSessionNotFound
+	}
+	rep, err := s.run(ctx, s.sessionRenew, "session renew", s.sessionKeys(ref.ID), true, ref.By, ms(ttl))
+	if err != nil {
+		return Session{}, err
+	}
+	if rep.code != "renewed" {
+		return Session{}, ErrSessionNotFound
+	}
+	sess := rep.session(ref.ID)
+	holds, err := s.sessionHoldsOp(ctx, ref, "renew", sess.TTL, rep.members())
+	sess.Locks = len(holds)
+	return sess, err
+}
+
+// EndSession ends a session: every hold in it is released whatever its count
+// (each lock handed to its queue) and its tickets are cancelled. It returns how
+// many holds it released. Errors: ErrSessionNotFound, ErrUnavailable.
+func (s *Store) EndSession(ctx context.Context, ref Ref) (int, error) {
+	if !plausibleID(ref.ID) {
+		return 0, ErrSessionNotFound
+	}
+	// Look first, to count what is held; the end below acts on what is there then.
+	rep, err := s.run(ctx, s.sessionEnd, "session end", s.sessionKeys(ref.ID), false, ref.By)
+	if err != nil {
+		return 0, err
+	}
+	if rep.code != "ended" {
+		return 0, ErrSessionNotFound
+	}
+	held, err := s.sessionHoldsOp(ctx, ref, "look", 0, rep.members())
+	if err != nil {
+		return 0, err
+	}
+	_, err = s.sessionHoldsOp(ctx, ref, "end", 0, rep.members())
+	return len(held), err
+}
+
+// joinSession adds a member before its hold is asked for, and returns the
+// session's remaining time. Errors: ErrSessionNotFound, ErrUnavailable.
+func (s *Store) joinSession(ctx context.Context, ref Ref, member string) (time.Duration, error) {
+	if !plausibleID(ref.ID) {
+		return 0, ErrSessionNotFound
+	}
+	rep, err := s.run(ctx, s.sessionJoin, "session join", s.sessionKeys(ref.ID), true, ref.By, member)
+	if err != nil {
+		return 0, err
+	}
+	if rep.code != "joined" {
+		return 0, ErrSessionNotFound
+	}
+	return rep.ms(0), nil
+}
+
+// leaveSession forgets a member whose acquire made nothing; a failure only
+// leaves it for the next renewal or look to forget.
+func (s *Store) leaveSession(r AcquireRequest, ids requestIDs) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, _ = s.run(ctx, s.sessionLeave, "session leave", s.sessionKeys(ids.session), true, ids.member)
+}
+
+// sessionMember is a parsed member: its nonce and lock name.
+type sessionMember struct{ raw, nonce, name string }
+
+// sessionHoldsOp runs session_holds.lua's op on every member, one call per lock,
+// pipelined, and returns the holds still held (sorted by lock name); members
+// found gone are forgotten.
+func (s *Store) sessionHoldsOp(ctx context.Context, ref Ref, op string, ttl time.Duration, members []string) ([]SessionHold, error) {
+	byLock := map[string][]sessionMember{}
+	var names []string
+	for _, m := range members {
+		nonce, name, ok := strings.Cut(m, ":")
+		if !ok {
+			continue
+		}
+		if _, seen := byLock[name]; !seen {
+			names = append(names, name)
+		}
+		byLock[name] = append(byLock[name], sessionMember{raw: m, nonce: nonce, name: name})
+	}
+	sort.Strings(names)
+	var holds []SessionHold
+	var gone []any
+	for _, name := range names {
+		ms := byLock[name]
+		args := []any{op, ref.By, max(ttl.Milliseconds(), 0)}
+		for _, m := range ms {
+			tid := sessionTicket(ref.ID, m.nonce)
+			args = append(args, hashID(sessionLease(ref.ID, m.nonce)), hashID(tid), hashID(ticketLease(tid)))
+		}
+		rep, err := s.runGrant(ctx, s.sessionHolds, "session holds", s.keys(name), op != "end", args...)
+		if err != nil {
+			return holds, err
+		}
+		if rep.code != "holds" {
+			return holds, unexpected("session holds", rep)
+		}
+		for i, m := range ms {
+			state := rep.str(4 * i)
+			switch state {
+			case "held", "held_ticket":
+				lease := sessionLease(ref.ID, m.nonce)
+				if state == "held_ticket" {
+					lease = ticketLease(sessionTicket(ref.ID, m.nonce))
+				}
+				holds = append(holds, SessionHold{Name: name, Lease: lease, Fence: rep.int(4*i + 1),
+					Count: int(rep.int(4*i + 2)), Shared: rep.int(4*i+3) == 1})
+			case "gone":
+				gone = append(gone, m.raw)
+			}
+		}
+	}
+	if len(gone) > 0 && op != "end" {
+		if _, err := s.run(ctx, s.sessionLeave, "session leave", s.sessionKeys(ref.ID), true, gone...); err != nil {
+			return holds, fmt.Errorf("session: forget gone holds: %w", err)
+		}
+	}
+	return holds, nil
+}
