@@ -2,6 +2,8 @@ package handlers
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,6 +29,10 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
 		return err
 	case err != nil: // cut short by the client (shorter than its Content-Length) or malformed chunks
 		return &validationError{detail: "The body could not be read: it ended before its announced length, or its chunked encoding is malformed."}
+	}
+	if info, _ := r.Context().Value(reqInfoKey{}).(*reqInfo); info != nil {
+		sum := sha256.Sum256(bytes.TrimSpace(data)) // what an Idempotency-Key's retry must send again
+		info.bodySum = hex.EncodeToString(sum[:])
 	}
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil

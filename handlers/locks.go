@@ -24,7 +24,16 @@ func (s *server) acquire() http.Handler {
 		if applied != "" {
 			w.Header().Set("Preference-Applied", applied)
 		}
+		release, err := waitSlot(r, ar.Wait)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		defer release()
 		res, err := s.store.Acquire(r.Context(), ar)
+		if err == nil {
+			replayed(w, res.Replayed)
+		}
 		switch {
 		case err != nil:
 			s.fail(w, r, err)
@@ -49,8 +58,9 @@ type acquireBody struct {
 	Fair   bool    `json:"fair"`
 	Owner  *string `json:"owner"`
 	Lease  *string `json:"lease"`
-	Shared *bool   `json:"shared"`
-	Limit  *int64  `json:"limit"`
+	Shared  *bool   `json:"shared"`
+	Limit   *int64  `json:"limit"`
+	Session *string `json:"session"`
 }
 
 // maxLimit bounds a shared hold's limit: past it, "no limit" says the same.
@@ -66,6 +76,21 @@ func (s *server) acquireRequest(r *http.Request, name string, b acquireBody) (st
 		return store.AcquireRequest{}, "", err
 	}
 	ar := store.AcquireRequest{Name: name, TTL: ttl, Wait: wait, Fair: b.Fair, By: principalID(r)}
+	if ar.IdemKey, err = idempotencyKey(r); err != nil {
+		return ar, "", err
+	}
+	ar.BodyHash = bodySum(r)
+	if b.Session != nil {
+		switch {
+		case *b.Session == "":
+			return ar, "", invalid("session", "must not be empty")
+		case b.TTLms != nil:
+			return ar, "", invalid("ttl_ms", "cannot be combined with session: a session's hold lasts as long as the session")
+		case b.Lease != nil:
+			return ar, "", invalid("session", "cannot be combined with lease: a re-entry keeps its hold where it is")
+		}
+		ar.Session = *b.Session
+	}
 	if b.Owner != nil {
 		if err := checkLabel("owner", *b.Owner); err != nil {
 			return ar, "", err
@@ -111,6 +136,12 @@ func (s *server) state() http.Handler {
 			return
 		}
 		p.apply(w)
+		release, err := waitSlot(r, p.wait)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		defer release()
 		st, err := s.store.Watch(r.Context(), name, p.fence, p.wait)
 		if err != nil {
 			s.fail(w, r, err)
@@ -139,6 +170,7 @@ func (s *server) force() http.Handler {
 			s.fail(w, r, err)
 			return
 		}
+		s.audit(r, principalOf(r).Name(), "force", nil)
 		writeJSON(w, http.StatusOK, forceView{Name: name, Released: released})
 	})
 }

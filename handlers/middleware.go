@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
@@ -29,8 +30,17 @@ func (s *server) requestID(next http.Handler) http.Handler {
 		h.Set("X-Request-Id", id)
 		h.Set("Cache-Control", "no-store")
 		log := s.log.With().Str("request_id", id).Logger()
-		next.ServeHTTP(w, r.WithContext(log.WithContext(r.Context())))
+		ctx := context.WithValue(log.WithContext(r.Context()), requestIDKey{}, id)
+		next.ServeHTTP(w, r.WithContext(ctx))
 	})
+}
+
+type requestIDKey struct{}
+
+// requestIDOf is the request's id, as requestID set it.
+func requestIDOf(r *http.Request) string {
+	id, _ := r.Context().Value(requestIDKey{}).(string)
+	return id
 }
 
 func saneRequestID(id string) bool {
@@ -54,6 +64,7 @@ func (s *server) observe(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		r, info := withInfo(r)
 		next.ServeHTTP(ww, r)
 		route := chi.RouteContext(r.Context()).RoutePattern()
 		if route == "" {
@@ -65,11 +76,11 @@ func (s *server) observe(next http.Handler) http.Handler {
 		}
 		method, status := methodLabel(r.Method), strconv.Itoa(code)
 		elapsed := time.Since(start)
-		s.m.Requests.WithLabelValues(route, method, status).Inc()
+		s.m.Requests.WithLabelValues(route, method, status, info.principal).Inc()
 		s.m.Duration.WithLabelValues(route, method, status).Observe(elapsed.Seconds())
 		s.log.Info().
 			Str("request_id", w.Header().Get("X-Request-Id")).
-			Str("method", logMethod(r.Method)).Str("route", route).Int("status", code).
+			Str("method", logMethod(r.Method)).Str("route", route).Int("status", code).Str("principal", info.principal).
 			Int("bytes", ww.BytesWritten()).Dur("duration", elapsed).Msg("request")
 	})
 }

@@ -1,9 +1,148 @@
 package handlers
 
-import "net/http"
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
 
-// principalID is the id the store binds holds, tickets and sessions to: the
-// principal the request was authenticated as.
-func principalID(r *http.Request) string {
+	"github.com/go-chi/chi/v5"
+
+	"github.com/batonhq/baton/auth"
+)
+
+// Access control (API.md, "Access control"): every route but /livez, /readyz and
+// /openapi.yaml is wrapped by need with the action it takes (the table is
+// routes.go itself). need authenticates the request (a Bearer key, a client
+// certificate, or a loopback peer in protected mode), applies the key's rate
+// limit, checks its grants over the route's lock name, and puts the principal
+// in the request's context. Handlers see the principal, never a key; the store
+// sees only the principal's id, which every hold, ticket and session carries.
+
+// reqInfo is what the middleware learns about a request for the access log and
+// metrics, which run outside it.
+type reqInfo struct {
+	principal string
+	bodySum   string // the SHA-256 of the request body (decodeJSON)
+}
+
+// bodySum is the hash of the request's body, once decodeJSON has read it.
+func bodySum(r *http.Request) string {
+	if info, _ := r.Context().Value(reqInfoKey{}).(*reqInfo); info != nil {
+		return info.bodySum
+	}
 	return ""
 }
+
+type reqInfoKey struct{}
+type principalKey struct{}
+
+func withInfo(r *http.Request) (*http.Request, *reqInfo) {
+	info := &reqInfo{principal: auth.Anonymous}
+	return r.WithContext(context.WithValue(r.Context(), reqInfoKey{}, info)), info
+}
+
+// principalOf is the request's principal, or nil before need ran.
+func principalOf(r *http.Request) *auth.Principal {
+	p, _ := r.Context().Value(principalKey{}).(*auth.Principal)
+	return p
+}
+
+// principalID is the id the store binds holds, tickets and sessions to.
+func principalID(r *http.Request) string {
+	if p := principalOf(r); p != nil {
+		return p.ID()
+	}
+	return ""
+}
+
+// Errors of access control, for the problem writer.
+var (
+	errUnauthorized = auth.ErrUnauthorized
+	errForbidden    = auth.ErrForbidden
+)
+
+// rateLimited is a 429 rate-limited with its Retry-After.
+type rateLimited struct{ after time.Duration }
+
+func (e *rateLimited) Error() string { return "rate limited" }
+
+// need wraps a route's handler with access control for action a.
+func (s *server) need(a auth.Action, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := auth.Anyone()
+		if s.guard != nil {
+			var err error
+			if p, err = s.guard.Authenticate(r); err != nil {
+				s.audit(r, auth.Anonymous, "unauthorized", err)
+				w.Header().Set("WWW-Authenticate", auth.Challenge)
+				s.fail(w, r, err)
+				return
+			}
+		}
+		if info, _ := r.Context().Value(reqInfoKey{}).(*reqInfo); info != nil {
+			info.principal = p.Name()
+		}
+		if ok, after := p.Allow(); !ok {
+			s.fail(w, r, &rateLimited{after: after})
+			return
+		}
+		if err := s.authorize(r, p, a); err != nil {
+			s.audit(r, p.Name(), "forbidden", err)
+			s.fail(w, r, err)
+			return
+		}
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
+	})
+}
+
+// authorize checks the principal's grants for action a on the route's lock
+// name. A name that is no lock name is left to the handler (400 invalid-name),
+// unless the principal can do a on no lock at all.
+func (s *server) authorize(r *http.Request, p *auth.Principal, a auth.Action) error {
+	if a == auth.ActionMetrics {
+		if !p.CanMetrics() {
+			return &auth.ForbiddenError{Principal: p.Name(), Action: a}
+		}
+		return nil
+	}
+	name, err := lockName(r)
+	if chi.URLParam(r, "name") == "" || err != nil { // sessions, or a bad name
+		if !p.CanAny(a) {
+			return &auth.ForbiddenError{Principal: p.Name(), Action: a}
+		}
+		return nil
+	}
+	return p.Authorize(a, name)
+}
+
+// audit logs a refusal or a force release with who, where from and which route.
+func (s *server) audit(r *http.Request, principal, what string, err error) {
+	ev := s.log.Info()
+	if what != "force" {
+		ev = s.log.Warn()
+	}
+	route := chi.RouteContext(r.Context()).RoutePattern()
+	ev = ev.Bool("audit", true).Str("event", what).Str("principal", principal).Str("route", route).
+		Str("peer", r.RemoteAddr).Str("request_id", requestIDOf(r))
+	if err != nil {
+		ev = ev.Str("reason", err.Error())
+	}
+	ev.Msg("audit")
+}
+
+// waitSlot counts a long-poll against the principal's max_waiters for as long
+// as it waits; release must be called when it ends. Errors: errTooManyWaiters.
+func waitSlot(r *http.Request, wait time.Duration) (release func(), err error) {
+	p := principalOf(r)
+	if wait <= 0 || p == nil {
+		return func() {}, nil
+	}
+	if !p.AcquireWaiter() {
+		return nil, errKeyWaiters
+	}
+	return p.ReleaseWaiter, nil
+}
+
+// errKeyWaiters: the key's long-polls are at its max_waiters.
+var errKeyWaiters = errors.New("key's waiter limit reached")

@@ -54,6 +54,7 @@ func writeError(w http.ResponseWriter, r *http.Request, log *zerolog.Logger, err
 	var verr *validationError
 	var held *store.HeldError
 	var limit *store.LimitError
+	var limited *rateLimited
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.As(err, &verr):
@@ -91,6 +92,26 @@ func writeError(w http.ResponseWriter, r *http.Request, log *zerolog.Logger, err
 		ttl := held.TTL.Milliseconds()
 		p.TTLms, p.Owner, p.Waiters = &ttl, &held.Owner, &held.Waiters
 		w.Header().Set("Retry-After", strconv.FormatInt(max(1, (ttl+999)/1000), 10))
+	case errors.Is(err, errUnauthorized):
+		p = kind("unauthorized", 401, "Unauthorized", err.Error())
+	case errors.Is(err, errForbidden):
+		p = kind("forbidden", 403, "Forbidden", err.Error()+".")
+	case errors.As(err, &limited):
+		p = kind("rate-limited", 429, "Rate limited", "This API key is over its rate_per_s; retry after Retry-After seconds.")
+		w.Header().Set("Retry-After", strconv.FormatInt(max(1, int64(limited.after.Seconds())), 10))
+	case errors.Is(err, errKeyWaiters):
+		p = kind("too-many-waiters", 429, "Too many waiters",
+			"This API key holds its max_waiters of waiting requests on this server; retry shortly.")
+		w.Header().Set("Retry-After", "1")
+	case errors.Is(err, store.ErrSessionNotFound):
+		p = kind("session-not-found", 404, "Session not found",
+			"This session is not there: it expired, was deleted, or never existed.")
+	case errors.Is(err, store.ErrIdempotencyUsed):
+		p = kind("idempotency-key-used", 409, "Idempotency key used",
+			"What the first request with this Idempotency-Key made has ended (released, expired, forced or cancelled); use a new key for a new request.")
+	case errors.Is(err, store.ErrIdempotencyMismatch):
+		p = kind("idempotency-key-mismatch", 422, "Idempotency key mismatch",
+			"This Idempotency-Key was used with another request body; a retry must send the same body.")
 	case errors.Is(err, store.ErrTooManyWaiters):
 		p = kind("too-many-waiters", 429, "Too many waiters",
 			"This server holds its maximum number of waiting requests; retry shortly.")

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
+	"github.com/batonhq/baton/auth"
 	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/store"
 )
@@ -27,6 +28,10 @@ type Locker interface {
 	Watch(ctx context.Context, name string, fence *int64, wait time.Duration) (store.State, error)
 	Poll(ctx context.Context, t store.Ref, wait time.Duration) (store.PollResult, error)
 	Cancel(ctx context.Context, t store.Ref) error
+	CreateSession(ctx context.Context, r store.SessionRequest) (store.Session, bool, error)
+	GetSession(ctx context.Context, ref store.Ref) (store.Session, error)
+	RenewSession(ctx context.Context, ref store.Ref, ttl time.Duration) (store.Session, error)
+	EndSession(ctx context.Context, ref store.Ref) (int, error)
 	Ready(ctx context.Context) error
 }
 
@@ -36,7 +41,8 @@ type Deps struct {
 	Limits  Limits
 	Logger  zerolog.Logger
 	Metrics *metrics.Metrics
-	Spec    []byte // api/openapi.yaml, served at /openapi.yaml
+	Spec    []byte      // api/openapi.yaml, served at /openapi.yaml
+	Guard   *auth.Guard // access control; nil lets everyone do everything
 }
 
 type server struct {
@@ -45,30 +51,37 @@ type server struct {
 	log    zerolog.Logger
 	m      *metrics.Metrics
 	spec   []byte
+	guard  *auth.Guard
 }
 
 // NewServer returns the HTTP handler for the whole API. Every route is here, in
-// the order of api/openapi.yaml.
+// the order of api/openapi.yaml, with the action (access control) it needs.
 func NewServer(d Deps) http.Handler {
-	s := &server{store: d.Store, limits: d.Limits, log: d.Logger, m: d.Metrics, spec: d.Spec}
+	s := &server{store: d.Store, limits: d.Limits, log: d.Logger, m: d.Metrics, spec: d.Spec, guard: d.Guard}
 	r := chi.NewRouter()
 	r.Use(s.requestID, s.observe, s.recoverer, s.bodyDeadline)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) { s.fail(w, r, errNotFound) })
 	r.MethodNotAllowed(s.methodNotAllowed(r))
 
-	r.Method(http.MethodPost, "/v1/locks/{name}", s.acquire())
-	get(r, "/v1/locks/{name}", s.state())
-	r.Method(http.MethodDelete, "/v1/locks/{name}", s.force())
-	get(r, "/v1/locks/{name}/leases/{lease}", s.getLease())
-	r.Method(http.MethodPatch, "/v1/locks/{name}/leases/{lease}", s.renew())
-	r.Method(http.MethodDelete, "/v1/locks/{name}/leases/{lease}", s.release())
-	get(r, "/v1/locks/{name}/tickets/{ticket}", s.poll())
-	r.Method(http.MethodDelete, "/v1/locks/{name}/tickets/{ticket}", s.cancel())
+	lock, read, admin := auth.ActionLock, auth.ActionRead, auth.ActionAdmin
+	r.Method(http.MethodPost, "/v1/locks/{name}", s.need(lock, s.acquire()))
+	get(r, "/v1/locks/{name}", s.need(read, s.state()))
+	r.Method(http.MethodDelete, "/v1/locks/{name}", s.need(admin, s.force()))
+	get(r, "/v1/locks/{name}/leases/{lease}", s.need(lock, s.getLease()))
+	r.Method(http.MethodPatch, "/v1/locks/{name}/leases/{lease}", s.need(lock, s.renew()))
+	r.Method(http.MethodDelete, "/v1/locks/{name}/leases/{lease}", s.need(lock, s.release()))
+	get(r, "/v1/locks/{name}/tickets/{ticket}", s.need(lock, s.poll()))
+	r.Method(http.MethodDelete, "/v1/locks/{name}/tickets/{ticket}", s.need(lock, s.cancel()))
 
-	get(r, "/livez", s.livez())
-	get(r, "/readyz", s.readyz())
-	get(r, "/metrics", promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{}))
-	get(r, "/openapi.yaml", s.openapi())
+	r.Method(http.MethodPost, "/v1/sessions", s.need(lock, s.createSession()))
+	get(r, "/v1/sessions/{session}", s.need(lock, s.getSession()))
+	r.Method(http.MethodPatch, "/v1/sessions/{session}", s.need(lock, s.renewSession()))
+	r.Method(http.MethodDelete, "/v1/sessions/{session}", s.need(lock, s.endSession()))
+
+	get(r, "/livez", s.livez())   // open
+	get(r, "/readyz", s.readyz()) // open
+	get(r, "/metrics", s.need(auth.ActionMetrics, promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{})))
+	get(r, "/openapi.yaml", s.openapi()) // open
 	return r
 }
 

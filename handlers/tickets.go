@@ -18,6 +18,12 @@ func (s *server) poll() http.Handler {
 			return
 		}
 		p.apply(w)
+		release, err := waitSlot(r, p.wait)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		defer release()
 		res, err := s.store.Poll(r.Context(), ref(r, name, "ticket"), p.wait)
 		switch {
 		case err != nil:

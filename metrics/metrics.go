@@ -15,7 +15,7 @@ type Metrics struct {
 	// Requests and Duration are labelled by route pattern ("unmatched" for no
 	// route), method (GET, HEAD, POST, PATCH, DELETE, OPTIONS, PUT or "other")
 	// and status: fixed sets, never a value a client chose.
-	Requests         *prometheus.CounterVec   // route, method, status
+	Requests         *prometheus.CounterVec   // route, method, status, principal
 	Duration         *prometheus.HistogramVec // route, method, status
 	Acquires         *prometheus.CounterVec   // outcome
 	Waiters          prometheus.Gauge
@@ -23,6 +23,7 @@ type Metrics struct {
 	RedisErrors      prometheus.Counter
 	PubSubReconnects prometheus.Counter
 	WaitUnacked      prometheus.Counter
+	AuthReloadErrors prometheus.Counter
 	Undos            *prometheus.CounterVec // what
 	BodyReadTimeouts prometheus.Counter
 }
@@ -34,8 +35,8 @@ func New() *Metrics {
 		Registry: prometheus.NewRegistry(),
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "baton_http_requests_total",
-			Help: "HTTP requests answered, by route pattern (or unmatched), method (GET, HEAD, POST, PATCH, DELETE, OPTIONS, PUT or other) and status.",
-		}, []string{"route", "method", "status"}),
+			Help: "HTTP requests answered, by route pattern (or unmatched), method (GET, HEAD, POST, PATCH, DELETE, OPTIONS, PUT or other), status and principal (the API key's name, @loopback, @anyone, or anonymous before authentication).",
+		}, []string{"route", "method", "status", "principal"}),
 		Duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "baton_http_request_duration_seconds",
 			Help:    "HTTP request latency, by route pattern, method and status. Long-polls included.",
@@ -66,6 +67,10 @@ func New() *Metrics {
 			Name: "baton_wait_unacked_total",
 			Help: "Grants (and renewals, releases, forces) that fewer replicas than BATON_WAIT_REPLICAS acknowledged within BATON_WAIT_TIMEOUT. Each still stood.",
 		}),
+		AuthReloadErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "baton_auth_reload_errors_total",
+			Help: "Reloads of the keys file (SIGHUP or a change) that failed; the previous keys stayed in force.",
+		}),
 		Undos: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "baton_abandoned_undone_total",
 			Help: "Requests whose client went away, or whose Redis call failed without a definite answer, undone in the background, by what was found: released (a hold), cancelled (a ticket), unclaimed (a ticket's grant kept for its next poll), queued, gone, none, dropped (backlog full).",
@@ -76,7 +81,7 @@ func New() *Metrics {
 		Help: "Requests whose body did not arrive within the body read timeout (answered 408, connection closed).",
 	})
 	m.Registry.MustRegister(m.Requests, m.Duration, m.Acquires, m.Waiters, m.Handoff,
-		m.RedisErrors, m.PubSubReconnects, m.WaitUnacked, m.Undos, m.BodyReadTimeouts,
+		m.RedisErrors, m.PubSubReconnects, m.WaitUnacked, m.AuthReloadErrors, m.Undos, m.BodyReadTimeouts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
