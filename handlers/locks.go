@@ -53,11 +53,11 @@ func (s *server) acquire() http.Handler {
 
 // acquireBody is the body of POST /v1/locks/{name}.
 type acquireBody struct {
-	TTLms  *int64  `json:"ttl_ms"`
-	WaitMs *int64  `json:"wait_ms"`
-	Fair   bool    `json:"fair"`
-	Owner  *string `json:"owner"`
-	Lease  *string `json:"lease"`
+	TTLms   *int64  `json:"ttl_ms"`
+	WaitMs  *int64  `json:"wait_ms"`
+	Fair    bool    `json:"fair"`
+	Owner   *string `json:"owner"`
+	Lease   *string `json:"lease"`
 	Shared  *bool   `json:"shared"`
 	Limit   *int64  `json:"limit"`
 	Session *string `json:"session"`
