@@ -107,6 +107,8 @@ func (e *env) setup() setup {
 		Runs:     e.cfg.runs,
 		Duration: fmt.Sprintf("%v measured after %v warm-up", e.cfg.duration, e.cfg.warmup),
 		Loop:     "closed loop, latency per pair from its start",
+		Names: fmt.Sprintf("a redis-server and a Baton of its own (BATON_FENCE_GUARD=%v), redis-script composed with the same guard; leases of %v; %d clients",
+			e.cfg.namesGuard, e.cfg.namesGuard, namesClients),
 	}
 	if e.cfg.etcdTmpfs {
 		s.EtcdData = "tmpfs (/dev/shm): its fsyncs cost nothing, like Redis without persistence"
