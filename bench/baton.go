@@ -14,10 +14,11 @@ import (
 	"github.com/batonhq/baton/client"
 )
 
-// batonPair is one uncontended acquire and release over HTTP.
-func batonPair(c *client.Client) pairFunc {
+// batonPair is one uncontended acquire and release over HTTP, with a lease of
+// ttl (0: the server's default).
+func batonPair(c *client.Client, ttl time.Duration) pairFunc {
 	return func(ctx context.Context, name string) error {
-		res, err := c.Acquire(ctx, name, client.AcquireOptions{})
+		res, err := c.Acquire(ctx, name, client.AcquireOptions{TTL: ttl})
 		if err != nil {
 			return err
 		}

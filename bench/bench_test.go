@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -69,6 +71,78 @@ func TestMedian(t *testing.T) {
 	} {
 		if got := median(tt.give); got != tt.want {
 			t.Errorf("median(%v) = %v, want %v", tt.give, got, tt.want)
+		}
+	}
+}
+
+// TestNames runs the names scenario's measurement on a few hundred names: Baton's
+// scripts leave one fence key per name until the guard has passed, redislock
+// nothing, and a system that leaves a key behind fails with errLeftover.
+func TestNames(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rdb := newRedisClient(srv.Addr())
+	t.Cleanup(func() { _ = rdb.Close() })
+	const n, guard = 300, time.Second
+
+	x, err := namesRun(ctx, rdb, namesSystem{sysRedisScript, newScriptLockerWith(rdb, "t", guard, guard).pair}, n, guard, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x.KeysReleased != n || x.InGuard <= 0 || x.KeysGuard != 0 || math.Abs(x.NameGuard) >= namesZero || x.Errors != 0 {
+		t.Errorf("redis-script: got %+v, want %d keys and bytes after the release, none after the guard", x, n)
+	}
+	if gone := time.Duration(x.GoneMs) * time.Millisecond; gone < guard {
+		t.Errorf("redis-script: keys gone %v after the last release, want at least the guard %v", gone, guard)
+	}
+
+	rl := newRedislockLocker(rdb, "t-rl:")
+	x, err = namesRun(ctx, rdb, namesSystem{sysRedislock, rl.pair}, n, guard, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x.KeysReleased != 0 || x.KeysGuard != 0 || math.Abs(x.NameGuard) >= namesZero {
+		t.Errorf("redislock: got %+v, want no key at all", x)
+	}
+
+	leaky := func(ctx context.Context, name string) error { return rdb.Set(ctx, "leak:"+name, 1, 0).Err() }
+	x, err = namesRun(ctx, rdb, namesSystem{"leaky", leaky}, 10, guard, 100*time.Millisecond)
+	if !errors.Is(err, errLeftover) || x.KeysGuard != 10 || !x.Scanned {
+		t.Errorf("leaky: got %+v, %v; want errLeftover with 10 keys after a SCAN", x, err)
+	}
+}
+
+func TestClientsMemory(t *testing.T) {
+	for _, tt := range []struct {
+		give    string
+		want    int64
+		wantErr bool
+	}{
+		{give: "id=3 addr=127.0.0.1:1 tot-mem=22400 name=bench\n", want: 22400},
+		{give: "id=3 tot-mem=100 x=1\nid=4 tot-mem=20\n", want: 120},
+		{give: "id=3 addr=127.0.0.1:1\n", wantErr: true},
+		{give: "id=3 tot-mem=lots\n", wantErr: true},
+	} {
+		got, err := clientsMemory(tt.give)
+		if got != tt.want || (err != nil) != tt.wantErr {
+			t.Errorf("clientsMemory(%q) = %d, %v; want %d, error %v", tt.give, got, err, tt.want, tt.wantErr)
+		}
+	}
+}
+
+func TestCountLabel(t *testing.T) {
+	for _, tt := range []struct {
+		give int
+		want string
+	}{
+		{give: 10000, want: "10k"},
+		{give: 1000000, want: "1M"},
+		{give: 1500, want: "1500"},
+		{give: 300, want: "300"},
+	} {
+		if got := countLabel(tt.give); got != tt.want {
+			t.Errorf("countLabel(%d) = %q, want %q", tt.give, got, tt.want)
 		}
 	}
 }

@@ -40,6 +40,11 @@ type config struct {
 	expiryStagger  time.Duration // between the starts of two repetitions
 	etcdExpiryReps int
 
+	// names
+	namesCounts []int          // distinct names per run, smallest first
+	namesGuard  time.Duration  // fence guard of Baton and redis-script, and the leases' ttl
+	namesMax    map[string]int // system -> the most names it runs with; absent: no cap
+
 	etcdTmpfs bool // etcd's data directory on /dev/shm instead of disk
 
 	scenarios map[string]bool // nil: all
@@ -62,6 +67,8 @@ func quickConfig() config {
 		expiryTTL:      200 * time.Millisecond,
 		expiryStagger:  40 * time.Millisecond,
 		etcdExpiryReps: 15,
+		namesCounts:    []int{10000},
+		namesGuard:     2 * time.Second,
 	}
 }
 
@@ -82,6 +89,11 @@ func fullConfig() config {
 		expiryTTL:      200 * time.Millisecond,
 		expiryStagger:  40 * time.Millisecond,
 		etcdExpiryReps: 50,
+		namesCounts:    []int{10000, 100000, 1000000},
+		namesGuard:     2 * time.Second,
+		// redislock deletes its key on release: 1M names would show nothing
+		// 100k does not, and cost 30 s of the 10 minutes.
+		namesMax: map[string]int{sysRedislock: 100000},
 	}
 }
 

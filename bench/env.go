@@ -107,6 +107,8 @@ func (e *env) setup() setup {
 		Runs:     e.cfg.runs,
 		Duration: fmt.Sprintf("%v measured after %v warm-up", e.cfg.duration, e.cfg.warmup),
 		Loop:     "closed loop, latency per pair from its start",
+		Names: fmt.Sprintf("a redis-server and a Baton of its own (BATON_FENCE_GUARD=%v), redis-script composed with the same guard; leases of %v; %d clients",
+			e.cfg.namesGuard, e.cfg.namesGuard, namesClients),
 	}
 	if e.cfg.etcdTmpfs {
 		s.EtcdData = "tmpfs (/dev/shm): its fsyncs cost nothing, like Redis without persistence"
@@ -224,8 +226,9 @@ func (e *env) buildBaton(ctx context.Context) error {
 }
 
 // startBaton starts a Baton on a free port, pinned with the serving side, and
-// waits until it is ready.
-func (e *env) startBaton(ctx context.Context) (*proc, string, error) {
+// waits until it is ready. extra is more environment, NAME=value; it overrides
+// the defaults (the names scenario points a Baton at its own Redis with it).
+func (e *env) startBaton(ctx context.Context, extra ...string) (*proc, string, error) {
 	var last error
 	for range 3 {
 		port, err := redistest.FreePort()
@@ -233,13 +236,13 @@ func (e *env) startBaton(ctx context.Context) (*proc, string, error) {
 			return nil, "", err
 		}
 		addr := "127.0.0.1:" + strconv.Itoa(port)
-		p, err := startProc(e.dir, "baton-"+strconv.Itoa(port), e.pinned, []string{
+		p, err := startProc(e.dir, "baton-"+strconv.Itoa(port), e.pinned, append([]string{
 			"BATON_ADDR=" + addr,
 			"BATON_REDIS_URL=" + e.redis.URL(),
 			"BATON_LOG_LEVEL=warn",
 			"BATON_MAX_WAIT=10m",
 			"BATON_MAX_WAITERS=100000",
-		}, e.batonBin)
+		}, extra...), e.batonBin)
 		if err != nil {
 			return nil, "", err
 		}

@@ -1,7 +1,9 @@
 // Command bench runs Baton side by side with etcd's HTTP lock API, bsm/redislock
 // and Baton's own Lua scripts called straight from Go (the ceiling Baton's HTTP
 // layer can approach), on one machine in one run, and writes bench/results.json
-// (and, with -full, bench/RESULTS.md and bench/results.svg). See issue 4.
+// (and, with -full, bench/RESULTS.md and bench/results.svg). See issue 4. Its
+// names scenario measures what a lock name costs Redis after its last release
+// (issue 16), and makes the run exit 1 when keys outlive the fence guard.
 //
 // It starts everything it measures itself, on free loopback ports: a redis-server,
 // an etcd and a Baton built from this tree, and stops them again at the end, also
@@ -20,6 +22,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -50,16 +53,19 @@ func main() {
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	full := fs.Bool("full", false, "the full comparison (<= 10 min); also writes RESULTS.md and results.svg")
-	only := fs.String("only", "", "comma-separated scenarios to run (uncontended,handoff,waiters,expiry_handoff); default all")
+	only := fs.String("only", "", "comma-separated scenarios to run (uncontended,handoff,waiters,expiry_handoff,names); default all")
 	systems := fs.String("systems", "", "comma-separated systems to run (baton,etcd,redislock,redis-script); default all")
 	rate := fs.Float64("rate", 0, "uncontended: open-loop at this many pairs/s per run instead of closed-loop max throughput")
 	etcdTmpfs := fs.Bool("etcd-tmpfs", false, "put etcd's data directory on tmpfs (/dev/shm), so its fsyncs cost nothing")
 	duration := fs.Duration("duration", 0, "uncontended: measured time of one run (default: the mode's)")
 	concurrency := fs.Int("concurrency", 0, "uncontended: only this concurrency (default: 1, 16 and 64)")
 	outDir := fs.String("out", "", "directory for results.json etc. (default: bench/ of the module)")
+	names := fs.String("names", "", "names: comma-separated counts of distinct names (default: the mode's)")
+	namesGuard := fs.Duration("names-guard", 0, "names: the fence guard, and the leases' ttl (default: the mode's)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	var err error
 	cfg := quickConfig()
 	if *full {
 		cfg = fullConfig()
@@ -71,6 +77,17 @@ func run(ctx context.Context, args []string) error {
 	}
 	if *concurrency > 0 {
 		cfg.concurrency = []int{*concurrency}
+	}
+	if *names != "" {
+		if cfg.namesCounts, err = splitCounts(*names); err != nil {
+			return err
+		}
+	}
+	if *namesGuard > 0 {
+		if *namesGuard < time.Second {
+			return fmt.Errorf("-names-guard %v: Baton takes at least 1s", *namesGuard)
+		}
+		cfg.namesGuard = *namesGuard
 	}
 	cfg.scenarios = splitSet(*only)
 	cfg.systems = splitSet(*systems)
@@ -111,6 +128,7 @@ func run(ctx context.Context, args []string) error {
 		{"handoff", runHandoffAll},
 		{"waiters", runWaitersAll},
 		{"expiry_handoff", runExpiryAll},
+		{"names", runNamesAll},
 	} {
 		if !cfg.wantScenario(sc.name) {
 			continue
@@ -148,6 +166,9 @@ func run(ctx context.Context, args []string) error {
 		fmt.Printf("wrote %s and %s\n", filepath.Join(dir, "RESULTS.md"), filepath.Join(dir, "results.svg"))
 	}
 	fmt.Printf("done in %s\n", res.elapsed.Round(time.Second))
+	if len(res.failures) > 0 {
+		return fmt.Errorf("%d check(s) failed:\n  %s", len(res.failures), strings.Join(res.failures, "\n  "))
+	}
 	return nil
 }
 
@@ -180,6 +201,20 @@ func splitSet(s string) map[string]bool {
 		}
 	}
 	return m
+}
+
+// splitCounts parses "10000,100000" into ascending counts.
+func splitCounts(s string) ([]int, error) {
+	var ns []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("-names %q: want positive counts separated by commas", s)
+		}
+		ns = append(ns, n)
+	}
+	slices.Sort(ns)
+	return ns, nil
 }
 
 func parseFloat(s string) float64 {

@@ -26,8 +26,8 @@ func (r *results) writeMarkdown(path, table string) error {
 	fmt.Fprintf(&b, "- redis-server: %s\n", m.redisVer)
 	fmt.Fprintf(&b, "- etcd: %s\n\n", m.etcdVer)
 
-	fmt.Fprintf(&b, "## Setup\n\n- redis: %s\n- etcd data directory: %s\n- baton: %s\n- uncontended: %s, %s\n- every figure: the median of %d runs\n\n",
-		r.Setup.Redis, r.Setup.EtcdData, r.Setup.Baton, r.Setup.Duration, r.Setup.Loop, r.Setup.Runs)
+	fmt.Fprintf(&b, "## Setup\n\n- redis: %s\n- etcd data directory: %s\n- baton: %s\n- uncontended: %s, %s\n- names: %s\n- every figure but names': the median of %d runs\n\n",
+		r.Setup.Redis, r.Setup.EtcdData, r.Setup.Baton, r.Setup.Duration, r.Setup.Loop, r.Setup.Names, r.Setup.Runs)
 	fmt.Fprintf(&b, "## Pinning\n\n%s.\n\n", r.Pinning.Note)
 	var procs []string
 	for p := range r.Pinning.Processes {
@@ -94,6 +94,22 @@ Scenarios:
   acquired_at minus the holder's expires_at, both on the Redis clock. etcd: the
   waiter's grant minus (the lease grant's response time + its TTL), on this
   machine's clock.
+- **names**: N distinct names (` + "`order:00000000`" + ` ...) each acquired and
+  released once by 16 clients (baton through HTTP, redis-script and redislock in
+  process; redislock, which deletes its key on release, up to 100k names in the
+  full mode), on a redis-server and a Baton of the scenario's own, with a short
+  fence guard (Baton's BATON_FENCE_GUARD; redis-script's scripts composed with the
+  same) and leases as long as the guard (a fence key lives the longer of its
+  grant's lease and the guard). Before each run: a warm-up that opens every
+  connection and loads the scripts (its keys deleted), then the baseline once
+  the figures hold still. Keys (DBSIZE) and bytes (INFO used_memory less the
+  connected clients' CLIENT LIST tot-mem, their buffers) beyond the baseline are
+  read right after the last release, and again once DBSIZE is back at the
+  baseline (polled; after guard + 30 s a SCAN expires on access what Redis's
+  active expiry has not reached, which the row reports) and the bytes hold
+  still. Per name: bytes / N; in its guard: bytes / keys still counted. One run
+  per system and N, no median. Keys left after the guard fail the benchmark.
 
-Each figure is the median over the runs (systems interleaved within a run).
+Each figure but names' is the median over the runs (systems interleaved within a
+run).
 `

@@ -36,11 +36,21 @@ func newRedisClient(addr string) *redis.Client {
 type scriptLocker struct {
 	rdb      *redis.Client
 	prefix   string
+	ttlMs    int64 // lease of pair
 	acq, rel *redis.Script
 }
 
+// newScriptLocker has Baton's defaults: a 1 h fence guard, 30 s leases.
 func newScriptLocker(rdb *redis.Client, prefix string) *scriptLocker {
-	return &scriptLocker{rdb: rdb, prefix: prefix, acq: redis.NewScript(lua.Compose(lua.Acquire, benchLua)), rel: redis.NewScript(lua.Compose(lua.Release, benchLua))}
+	return newScriptLockerWith(rdb, prefix, time.Hour, 30*time.Second)
+}
+
+// newScriptLockerWith composes the scripts with fence guard guard (what
+// BATON_FENCE_GUARD sets in Baton); pair takes leases of ttl.
+func newScriptLockerWith(rdb *redis.Client, prefix string, guard, ttl time.Duration) *scriptLocker {
+	set := lua.Settings{FenceGuardMs: guard.Milliseconds(), IdempotencyGraceMs: benchLua.IdempotencyGraceMs}
+	return &scriptLocker{rdb: rdb, prefix: prefix, ttlMs: ttl.Milliseconds(),
+		acq: redis.NewScript(lua.Compose(lua.Acquire, set)), rel: redis.NewScript(lua.Compose(lua.Release, set))}
 }
 
 func (s *scriptLocker) keys(name string) []string {
@@ -53,7 +63,7 @@ func (s *scriptLocker) keys(name string) []string {
 func (s *scriptLocker) pair(ctx context.Context, name string) error {
 	lh := leaseHash()
 	keys := s.keys(name)
-	v, err := s.acq.Run(ctx, s.rdb, keys, lh, 30000, "", "new", "", "", 0, 0, "", "0", "0").Slice()
+	v, err := s.acq.Run(ctx, s.rdb, keys, lh, s.ttlMs, "", "new", "", "", 0, 0, "", "0", "0", "", "", "").Slice()
 	if err != nil {
 		return fmt.Errorf("acquire script: %w", err)
 	}
@@ -81,14 +91,15 @@ func leaseHash() string {
 type redislockLocker struct {
 	c      *redislock.Client
 	prefix string
+	ttl    time.Duration
 }
 
 func newRedislockLocker(rdb *redis.Client, prefix string) *redislockLocker {
-	return &redislockLocker{c: redislock.New(rdb), prefix: prefix}
+	return &redislockLocker{c: redislock.New(rdb), prefix: prefix, ttl: 30 * time.Second}
 }
 
 func (r *redislockLocker) pair(ctx context.Context, name string) error {
-	l, err := r.c.Obtain(ctx, r.prefix+name, 30*time.Second, nil)
+	l, err := r.c.Obtain(ctx, r.prefix+name, r.ttl, nil)
 	if err != nil {
 		return fmt.Errorf("obtain: %w", err)
 	}
@@ -106,7 +117,7 @@ func scriptHandoff(rdb *redis.Client, s *scriptLocker) handoffRound {
 	return func(ctx context.Context, name string, n int, ch *chain) error {
 		keys := s.keys(name)
 		holder := leaseHash()
-		v, err := s.acq.Run(ctx, rdb, keys, holder, 60000, "", "new", "", "", 0, 0, "", "0", "0").Slice()
+		v, err := s.acq.Run(ctx, rdb, keys, holder, 60000, "", "new", "", "", 0, 0, "", "0", "0", "", "", "").Slice()
 		if err != nil {
 			return err
 		}
@@ -124,7 +135,7 @@ func scriptHandoff(rdb *redis.Client, s *scriptLocker) handoffRound {
 			th := leaseHash()
 			leases[i] = leaseHash()
 			tkeys := []string{keys[0], keys[1], keys[2], keys[0] + ":t:" + th}
-			v, err := s.acq.Run(ctx, rdb, tkeys, leaseHash(), 60000, "", "fair", th, leases[i], 10000, 60000, "", "0", "0").Slice()
+			v, err := s.acq.Run(ctx, rdb, tkeys, leaseHash(), 60000, "", "fair", th, leases[i], 10000, 60000, "", "0", "0", "", "", "").Slice()
 			if err != nil {
 				return err
 			}

@@ -61,6 +61,7 @@ type setup struct {
 	Runs     int    `json:"runs"`
 	Duration string `json:"uncontended_run"`
 	Loop     string `json:"uncontended_loop"`
+	Names    string `json:"names"`
 }
 
 // otherLoad is how busy the machine was with processes not of this run: they
@@ -91,11 +92,13 @@ type results struct {
 	Handoff     []handoffRow     `json:"-"`
 	Waiters     []waitersRow     `json:"-"`
 	Expiry      []expiryRow      `json:"-"`
+	Names       []namesRow       `json:"-"`
 	Goals       []goal           `json:"goals"`
 
 	info         machine
 	elapsed      time.Duration
-	waitersBound string // what bounded the largest waiters level
+	waitersBound string   // what bounded the largest waiters level
+	failures     []string // checks that make the run fail once its results are written
 }
 
 func round(x float64, digits int) float64 {
@@ -115,6 +118,9 @@ func (r *results) writeJSON(path string) error {
 		rows = append(rows, x)
 	}
 	for _, x := range r.Expiry {
+		rows = append(rows, x)
+	}
+	for _, x := range r.Names {
 		rows = append(rows, x)
 	}
 	type out struct {
@@ -245,7 +251,7 @@ func evaluateGoals(r *results) []goal {
 	}
 	x := r.exp(sysBaton)
 	add("expiry_handoff: baton p99 <= 50 ms", x != nil, gotExp(x), x != nil && x.P99 <= 50)
-	return gs
+	return append(gs, namesGoals(r)...)
 }
 
 func gotMs(h *handoffRow, f func(*handoffRow) float64) string {

@@ -19,7 +19,7 @@ func (e *env) targets(ctx context.Context) ([]target, func(), error) {
 	var ts []target
 	rdb := newRedisClient(e.redis.Addr())
 	if e.cfg.wantSystem(sysBaton) {
-		ts = append(ts, target{sysBaton, batonPair(client.New(e.batonURL)), e.batonPIDs()})
+		ts = append(ts, target{sysBaton, batonPair(client.New(e.batonURL), 0), e.batonPIDs()})
 	}
 	if e.cfg.wantSystem(sysEtcd) {
 		ts = append(ts, target{sysEtcd, newEtcdClient(e.etcdURL).pair, []int{e.etcd.pid()}})

@@ -110,8 +110,9 @@ func (r *results) table() string {
 		b.WriteString(mdTable([]string{"system", "repetitions", "p50 ms", "p99 ms"}, rows))
 		b.WriteString("\n")
 	}
+	b.WriteString(r.namesTable())
 	b.WriteString(r.loadNote() + "\n\n")
-	b.WriteString("### goals (issue 4)\n\n")
+	b.WriteString("### goals (issue 4; names: issue 16)\n\n")
 	var rows [][]string
 	for _, g := range r.Goals {
 		rows = append(rows, []string{g.Status, g.Goal, g.Got})
@@ -123,7 +124,7 @@ func (r *results) table() string {
 // loadNote says how much other processes used the machine while this ran.
 func (r *results) loadNote() string {
 	var by []string
-	for _, sc := range []string{"uncontended", "handoff", "waiters", "expiry_handoff"} {
+	for _, sc := range []string{"uncontended", "handoff", "waiters", "expiry_handoff", "names"} {
 		if v, ok := r.Load.Scenarios[sc]; ok {
 			by = append(by, fmt.Sprintf("%s %.1f%%", sc, v))
 		}
