@@ -180,4 +180,4 @@ func scriptHandoff(rdb *redis.Client, s *scriptLocker) handoffRound {
 }
 
 // benchLua are the scripts' settings in the benchmark: Baton's defaults.
-var benchLua = lua.Settings{FenceGuardMs: 3600000, IdempotencyGraceMs: 60000}
+var benchLua = lua.Defaults

@@ -78,7 +78,7 @@ func TestReviewLateAcquireOutlivesTombstone(t *testing.T) {
 	e := newEnv(t, envOptions{Redis: srv, RedisURL: px.URL()})
 	wantStatus(t, e.do(req{Method: "GET", Path: "/readyz"}), http.StatusOK, "") // scripts loaded: EVALSHA, no EVAL
 
-	sum := sha1.Sum([]byte(lua.Compose(lua.Acquire, time.Hour.Milliseconds())))
+	sum := sha1.Sum([]byte(lua.Compose(lua.Acquire, lua.Defaults)))
 	px.arm([]byte(hex.EncodeToString(sum[:])))
 	r := e.do(req{Method: "POST", Path: "/v1/locks/ghost", Body: map[string]any{"ttl_ms": 600000, "owner": "ghost"}})
 	wantStatus(t, r, http.StatusServiceUnavailable, "store-unavailable")

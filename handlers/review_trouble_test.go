@@ -296,7 +296,7 @@ func TestReviewLatePollAfterItsUndo(t *testing.T) {
 	q := e.enqueue("late", map[string]any{"ttl_ms": 60000, "owner": "T"})
 	tkey := e.lockKey("late") + ":t:" + sha256hex(q.Str("ticket"))
 
-	sum := sha1.Sum([]byte(lua.Compose(lua.Poll, time.Hour.Milliseconds())))
+	sum := sha1.Sum([]byte(lua.Compose(lua.Poll, lua.Defaults)))
 	px.arm([]byte(hex.EncodeToString(sum[:])))
 	r := e.do(req{Method: "GET", Path: q.Str("url") + "?wait_ms=20000"})
 	wantStatus(t, r, http.StatusServiceUnavailable, "store-unavailable")

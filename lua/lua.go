@@ -88,6 +88,9 @@ type Settings struct {
 	IdempotencyGraceMs int64 // how long an Idempotency-Key is remembered after what it made ended
 }
 
+// Defaults are the settings of a store with default Options.
+var Defaults = Settings{FenceGuardMs: 3600000, IdempotencyGraceMs: 60000}
+
 // Compose returns a script source ready to load: src with the settings lib.lua
 // leaves to the loader defined ahead of it.
 func Compose(src string, set Settings) string {
