@@ -11,6 +11,9 @@
 --       2 ticket hash, or ''
 --       3 lease hash the ticket is granted under, or ''
 --       4 tombstone ms (0: none)
+--       5 not after: the request's own deadline (Redis ms), or '': the tombstone
+--         lasts until then at least, after which the request's script, run late,
+--         changes nothing by itself
 -- Replies:
 --   {'abandoned', 'released'}   a hold ended (and the lock was handed on)
 --   {'abandoned', 'cancelled'}  a ticket left the queue, nothing was held
@@ -18,6 +21,9 @@
 local now = now_ms()
 local lh, th, tlh, tomb = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 if tomb > 0 then
+  if ARGV[5] ~= '' then
+    tomb = math.max(tonumber(ARGV[5]) - now, 0) + 1000
+  end
   redis.call('SET', lock .. ':x:' .. lh, '1', 'PX', tomb)
 end
 prune_shared(now)
@@ -31,7 +37,7 @@ for _, h in ipairs({lh, tlh}) do
   if h ~= '' then
     local kind, key = find_hold(h)
     if kind then
-      end_hold(kind, key, h)
+      end_hold(kind, key, h, now)
       handoff(now, true)
       return {'abandoned', 'released'}
     end

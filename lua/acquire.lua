@@ -19,6 +19,8 @@
 --       13 the request body's hash (with 12)
 --       14 the session's remaining ms, or '': the hold (or the ticket's grant)
 --          lasts until the session's deadline, and ARGV 2 is not used
+--       15 not after: Redis ms after which this call must change nothing, or ''
+--       16 poll id: names the caller's wait on its ticket (mode 'fair')
 -- Replies:
 --   {'granted', fence, count, pttl, at, owner, ttl, now, shared, limit}   new grant
 --   {'reentered', ...the same}                        count + 1, lease renewed
@@ -35,7 +37,11 @@
 --   {'idem_used'}                                     what the key made has ended
 --   {'idem_mismatch'}                                 the key was used with another body
 --   {'session_gone'}                                  the session's deadline has passed
+--   {'expired'}                                       it ran after ARGV 15: nothing done
 local now = now_ms()
+if expired(now, ARGV[15]) then
+  return {'expired'}
+end
 local lh, ttl, owner, mode, by = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[9]
 local shared, limit = ARGV[10] == '1', ARGV[11]
 local ik, body, remaining = ARGV[12], ARGV[13], tonumber(ARGV[14])
@@ -73,7 +79,7 @@ if ik ~= '' then
         return hold_reply('replayed_ticket', now, kind, key)
       end
       if redis.call('EXISTS', tkey) == 1 then
-        keep_ticket(tkey, now, tonumber(ARGV[8]))
+        keep_ticket(tkey, now, tonumber(ARGV[8]), ARGV[16])
         local q = queued_reply(th, tkey, now)
         q[1] = 'replayed_queued'
         return q
@@ -149,7 +155,7 @@ if mode == 'fair' then
       'ik', ik, 'sd', sd)
     record('t', th, 0)
   end
-  keep_ticket(tkey, now, tonumber(ARGV[8]))
+  keep_ticket(tkey, now, tonumber(ARGV[8]), ARGV[16])
   return queued_reply(th, tkey, now)
 end
 

@@ -17,12 +17,16 @@ if redis.call('EXISTS', tkey) == 1 then
   end
   drop_ticket(th, tkey)
   settle(now)
+  if redis.call('EXISTS', lock) == 0 then
+    -- The queue moved: the new head, or (the queue empty) a non-fair waiter, may fit.
+    handoff(now, true)
+  end
   return {'cancelled'}
 end
 redis.call('ZREM', queue, th)
 local kind, key = find_hold(tlh)
 if kind and redis.call('HGET', key, 'tk') == th and redis.call('HGET', key, 'by') == by then
-  end_hold(kind, key, tlh)
+  end_hold(kind, key, tlh, now)
   handoff(now, true)
   return {'cancelled'}
 end

@@ -17,6 +17,7 @@
 --                         is its liveness
 --   P:{N}:x:<lease hash>  tombstone of an abandoned request (abandon.lua), kept
 --                         briefly so that its acquire, run late, grants nothing
+--   P:{N}:x:p:<poll id>   tombstone of a ticket poll undone (unpoll.lua), likewise
 --   P:{N}:i:<key hash>    an Idempotency-Key's record (hash of the principal and
 --                         the key): b (body hash), k ('h' a hold or 't' a ticket),
 --                         h (its hash); lives while what it made lives, and
@@ -95,8 +96,22 @@ local function next_fence(now, window)
   return f
 end
 
+-- COUNT_SCAN is how many queue entries waiters() and position() look at: dead
+-- tickets among them are dropped and not counted; beyond them every entry counts.
+local COUNT_SCAN = 100
+
+-- waiters is the number of live tickets in the queue (exact up to COUNT_SCAN
+-- entries), dropping the dead ones it meets.
 local function waiters()
-  return redis.call('ZCARD', queue)
+  local n = 0
+  for _, th in ipairs(redis.call('ZRANGE', queue, 0, COUNT_SCAN - 1)) do
+    if redis.call('EXISTS', tprefix .. th) == 1 then
+      n = n + 1
+    else
+      redis.call('ZREM', queue, th)
+    end
+  end
+  return n + math.max(redis.call('ZCARD', queue) - COUNT_SCAN, 0)
 end
 
 -- prune_shared drops shared holds whose deadline has passed and returns how many.
@@ -125,6 +140,18 @@ local function find_hold(lh)
   return nil, nil
 end
 
+-- fit_shared_keys makes the shared-hold set and its limit expire with the last
+-- shared hold's deadline (not the longest ever set, which a shorter renewal
+-- would leave behind).
+local function fit_shared_keys(now)
+  local last = redis.call('ZRANGE', shkey, -1, -1, 'WITHSCORES')
+  if #last > 0 then
+    local ms = math.max(tonumber(last[2]) - now, 1)
+    redis.call('PEXPIRE', shkey, ms)
+    redis.call('PEXPIRE', slkey, ms)
+  end
+end
+
 -- record_key is the key of an idempotency record, from its key hash.
 local function record_key(ik)
   return lock .. ':i:' .. ik
@@ -151,20 +178,21 @@ local function set_deadline(kind, key, lh, ttl, now)
   keep_record(redis.call('HGET', key, 'ik'), ttl)
   if kind == 's' then
     redis.call('ZADD', shkey, str(now + ttl), lh)
-    keep_at_least(shkey, ttl)
-    keep_at_least(slkey, ttl)
+    fit_shared_keys(now)
   end
   keep_fence(ttl)
 end
 
 -- end_hold removes a hold entirely (whatever its count).
-local function end_hold(kind, key, lh)
+local function end_hold(kind, key, lh, now)
   end_record(redis.call('HGET', key, 'ik'))
   redis.call('DEL', key)
   if kind == 's' then
     redis.call('ZREM', shkey, lh)
     if redis.call('EXISTS', shkey) == 0 then
       redis.call('DEL', slkey)
+    else
+      fit_shared_keys(now)
     end
   end
 end
@@ -239,7 +267,7 @@ local function handoff(now, announce)
       break
     end
     local tkey = tprefix .. th
-    local t = redis.call('HMGET', tkey, 'lh', 'ttl', 'owner', 'tt', 'p', 'by', 'sh', 'lim', 'ik', 'sd')
+    local t = redis.call('HMGET', tkey, 'lh', 'ttl', 'owner', 'tt', 'p', 'by', 'sh', 'lim', 'ik', 'sd', 'pp')
     local shared, limit, ttl = t[7] == '1', t[8] or '0', tonumber(t[2])
     local sd = tonumber(t[10] or '')
     if sd then -- a session's ticket: its hold shares the session's deadline
@@ -250,13 +278,16 @@ local function handoff(now, announce)
       redis.call('DEL', tkey)
       end_record(t[9])
     elseif fits(shared, limit) then
-      local window, tk, claimed = math.min(tonumber(t[4]), ttl), th, '0'
+      local window, tk, claimed, pc = math.min(tonumber(t[4]), ttl), th, '0', ''
       if (tonumber(t[5]) or 0) >= now then
-        window, tk, claimed = ttl, '', '1'
+        window, tk, claimed, pc = ttl, '', '1', t[11] or ''
       end
       -- The fence key must outlive the full lease even when the grant waits for its claim.
       local fence = next_fence(now, ttl)
       grant(shared, limit, t[1], ttl, t[3], t[6] or '', now, fence, window, tk, t[9])
+      -- pc: the poll in flight this grant was made for, at its full ttl; only that
+      -- poll's end may turn the grant back into an unclaimed one (unpoll.lua).
+      redis.call('HSET', (shared and (sprefix .. t[1])) or lock, 'pc', pc)
       redis.call('ZREM', queue, th)
       redis.call('DEL', tkey)
       local sh = '0'
@@ -276,6 +307,9 @@ local function handoff(now, announce)
     else
       redis.call('PUBLISH', channel, 'c')
     end
+  elseif granted > 0 and redis.call('EXISTS', queue) == 0 and redis.call('EXISTS', lock) == 0 then
+    -- A run of shared grants emptied the queue: non-fair shared waiters may fit too.
+    redis.call('PUBLISH', channel, 'r')
   end
   if granted == 0 and redis.call('EXISTS', queue) == 0 and redis.call('EXISTS', lock) == 0 and shared_count() == 0 then
     -- Nothing holds or waits: the fence key need only last FENCE_GUARD_MS after
@@ -327,26 +361,64 @@ local function soonest(now)
   return sprefix .. first[1], math.max(tonumber(first[2]) - now, 0)
 end
 
--- busy_reply: {'busy', pttl, owner, waiters}: the soonest-ending hold's time and
--- owner (when a slot or the lock frees), and the queue.
+-- wake_ms is how long until something may change for a waiter with nobody
+-- announcing it (expiry runs no script): the soonest hold's end, or the head
+-- ticket's, whichever comes first. A waiting gateway pokes the lock then.
+local function wake_ms(now)
+  local key, pttl = soonest(now)
+  if not key then
+    pttl = -1 -- no hold (a hold about to end has 0)
+  end
+  local head = redis.call('ZRANGE', queue, 0, 0)
+  if #head > 0 then
+    local t = redis.call('PTTL', tprefix .. head[1])
+    if t >= 0 and (pttl < 0 or t < pttl) then
+      pttl = t
+    end
+  end
+  return math.max(pttl, 0)
+end
+
+-- busy_reply: {'busy', pttl, owner, waiters, wake}: the soonest-ending hold's
+-- time and owner (when a slot or the lock frees), the queue, and wake_ms.
 local function busy_reply(now)
   local key, pttl = soonest(now)
   local owner = ''
   if key then
     owner = redis.call('HGET', key, 'owner') or ''
   end
-  return {'busy', pttl, owner, waiters()}
+  return {'busy', pttl, owner, waiters(), wake_ms(now)}
 end
 
--- keep_ticket keeps a ticket alive for its ticket ttl plus the poll now starting
--- (poll_ms, 0 when no poll is in flight), and the queue at least as long.
-local function keep_ticket(tkey, now, poll_ms)
-  local life = tonumber(redis.call('HGET', tkey, 'tt')) + poll_ms
-  local p = 0
-  if poll_ms > 0 then
-    p = now + poll_ms
+-- keep_ticket keeps a ticket alive for its ticket ttl past the end of the last
+-- of its polls in flight, and the queue at least as long. pid names the poll:
+-- poll_ms > 0 starts it (or extends it) until now + poll_ms, 0 ends it. Each
+-- poll's deadline is a field q:<pid>; p is the latest, pp that poll's pid.
+local function keep_ticket(tkey, now, poll_ms, pid)
+  if pid and pid ~= '' then
+    if poll_ms > 0 then
+      redis.call('HSET', tkey, 'q:' .. pid, str(now + poll_ms))
+    else
+      redis.call('HDEL', tkey, 'q:' .. pid)
+    end
   end
-  redis.call('HSET', tkey, 'p', str(p))
+  local f = redis.call('HGETALL', tkey)
+  local p, pp = 0, ''
+  for i = 1, #f, 2 do
+    if string.sub(f[i], 1, 2) == 'q:' then
+      local d = tonumber(f[i + 1])
+      if d < now then
+        redis.call('HDEL', tkey, f[i])
+      elseif d > p then
+        p, pp = d, string.sub(f[i], 3)
+      end
+    end
+  end
+  if pid == nil and poll_ms > 0 then -- a poll without a name (an acquire's own wait)
+    p = math.max(p, now + poll_ms)
+  end
+  redis.call('HSET', tkey, 'p', str(p), 'pp', pp)
+  local life = tonumber(redis.call('HGET', tkey, 'tt')) + math.max(p - now, 0)
   redis.call('PEXPIRE', tkey, life)
   keep_at_least(queue, life)
   keep_fence(life)
@@ -360,11 +432,34 @@ local function drop_ticket(th, tkey)
   return redis.call('DEL', tkey)
 end
 
--- queued_reply: {'queued', position, waiters, soonest hold's pttl, ticket ttl}.
+-- position is a ticket's place among the live tickets (exact up to COUNT_SCAN),
+-- dropping the dead ones ahead of it.
+local function position(th)
+  local ahead = 0
+  for i, h in ipairs(redis.call('ZRANGE', queue, 0, COUNT_SCAN - 1)) do
+    if h == th then
+      return ahead + 1
+    end
+    if redis.call('EXISTS', tprefix .. h) == 1 then
+      ahead = ahead + 1
+    else
+      redis.call('ZREM', queue, h)
+    end
+  end
+  return redis.call('ZRANK', queue, th) + 1
+end
+
+-- queued_reply: {'queued', position, waiters, wake, ticket ttl}.
 local function queued_reply(th, tkey, now)
-  local rank = redis.call('ZRANK', queue, th)
-  local _, pttl = soonest(now)
-  return {'queued', rank + 1, waiters(), pttl, tonumber(redis.call('HGET', tkey, 'tt'))}
+  local pos = position(th)
+  return {'queued', pos, waiters(), wake_ms(now), tonumber(redis.call('HGET', tkey, 'tt'))}
+end
+
+-- expired reports a call that reached Redis after its deadline (ARGV value
+-- not_after, Redis ms, '' for none): it must change nothing, since its client was
+-- told it failed and may have undone it (abandon.lua) already.
+local function expired(now, not_after)
+  return not_after ~= nil and not_after ~= '' and now > tonumber(not_after)
 end
 
 -- End of lib.lua.

@@ -1,21 +1,20 @@
--- poke.lua: called by a waiting gateway when a hold's lease should have run out.
--- Expiry runs no script, so this is what hands an expired lock (or a slot of a
--- shared one) on, and announces it.
+-- poke.lua: called by a waiting gateway when a hold's lease, or the head
+-- ticket, should have run out. Expiry runs no script, so this is what hands an
+-- expired lock (or a slot of a shared one, or the place of a dead head ticket)
+-- on, and announces it.
 --
 -- KEYS: 1 lock, 2 fence, 3 queue (see lib.lua)
 -- ARGV: none
 -- Replies:
---   {'held', pttl}   still held: pttl is the time until the soonest hold ends
---   {'free'}         no holds left (handed to head tickets, or 'r' announced)
+--   {'held', wake}   something still holds or waits: look again in wake ms
+--   {'free'}         no holds and no queue left
 local now = now_ms()
-local pruned = prune_shared(now)
+prune_shared(now)
+head_ticket()
 if redis.call('EXISTS', lock) == 0 then
-  if pruned > 0 or shared_count() == 0 then
-    handoff(now, true)
-  end
+  handoff(now, true)
 end
-local key, pttl = soonest(now)
-if key then
-  return {'held', pttl}
+if soonest(now) or redis.call('EXISTS', queue) == 1 then
+  return {'held', wake_ms(now)}
 end
 return {'free'}

@@ -7,11 +7,17 @@
 --       2 lease hash the ticket is granted under
 --       3 poll ms: how long the caller will now wait ('0': no poll in flight after this)
 --       4 by: the principal polling
+--       5 poll id: names this poll (unpoll.lua ends it by that name)
+--       6 not after: Redis ms after which this call must change nothing, or ''
 -- Replies:
 --   {'granted', fence, count, pttl, at, owner, ttl, now, shared, limit}
 --   {'queued', position, waiters, pttl, ticket ttl}
 --   {'gone'}                                        expired, cancelled, unknown, or another principal's
+--   {'expired'}                                     it ran after ARGV 6: nothing done
 local now = now_ms()
+if expired(now, ARGV[6]) or redis.call('EXISTS', lock .. ':x:p:' .. ARGV[5]) == 1 then
+  return {'expired'} -- too late, or this poll was undone (unpoll.lua) before it ran
+end
 local th, tlh, tkey, by = ARGV[1], ARGV[2], KEYS[4], ARGV[4]
 settle(now)
 local kind, key = find_hold(tlh)
@@ -20,7 +26,7 @@ if kind then
     return {'gone'}
   end
   if redis.call('HGET', key, 'tk') == th then
-    redis.call('HSET', key, 'tk', '')
+    redis.call('HSET', key, 'tk', '', 'pc', ARGV[5])
     set_deadline(kind, key, tlh, tonumber(redis.call('HGET', key, 'ttl')), now)
   end
   return hold_reply('granted', now, kind, key)
@@ -32,5 +38,5 @@ end
 if redis.call('HGET', tkey, 'by') ~= by then
   return {'gone'}
 end
-keep_ticket(tkey, now, tonumber(ARGV[3]))
+keep_ticket(tkey, now, tonumber(ARGV[3]), ARGV[5])
 return queued_reply(th, tkey, now)

@@ -22,6 +22,6 @@ if ARGV[3] ~= '1' then
     return {'released', left, 0}
   end
 end
-end_hold(kind, key, lh)
+end_hold(kind, key, lh, now)
 handoff(now, true)
 return {'released', 0, 1}

@@ -18,6 +18,11 @@ local ttl = ARGV[2]
 if ttl == '0' then
   ttl = redis.call('HGET', key, 'ttl')
 end
+local before = redis.call('PTTL', key)
 redis.call('HSET', key, 'ttl', ttl, 'tk', '')
 set_deadline(kind, key, lh, tonumber(ttl), now)
+if tonumber(ttl) < before then
+  -- The hold now ends sooner than waiters were told: their timers look again.
+  redis.call('PUBLISH', channel, 'w:' .. ttl)
+end
 return hold_reply('renewed', now, kind, key)

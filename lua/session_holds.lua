@@ -30,7 +30,7 @@ for i = 4, #ARGV, 3 do
   local queued = not hk and redis.call('EXISTS', tkey) == 1 and redis.call('HGET', tkey, 'by') == by
   if op == 'end' then
     if hk then
-      end_hold(hk, key, hold)
+      end_hold(hk, key, hold, now)
       ended = true
     elseif queued then
       drop_ticket(th, tkey)

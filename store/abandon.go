@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync"
@@ -34,6 +35,9 @@ type undo struct {
 	lh      string // the request's own lease hash; "" for a ticket poll
 	th, tlh string // its ticket and the ticket's lease hash, if any
 	poll    bool   // a ticket poll: unpoll rather than abandon
+	pid     string // that poll's id
+	by      string // the principal of the request
+	until   string // the request's "not after" (clock.go), for the tombstone
 	tomb    bool   // the request's script may still run: leave a tombstone
 	keep    bool   // an idempotent request: its client recovers it; nothing to undo
 	since   time.Time
@@ -58,6 +62,7 @@ func (s *Store) undo(u undo) {
 		return
 	}
 	u.since = time.Now()
+	u.until = s.notAfter() // no earlier than the deadline of any call the request made
 	c := s.clean
 	c.mu.Lock()
 	if len(c.pending) >= maxUndos {
@@ -130,13 +135,17 @@ func (s *Store) runUndo(ctx context.Context, u undo) error {
 	var v []any
 	var err error
 	if u.poll {
-		v, err = s.unpoll.Run(ctx, s.rdb, keys, u.th, u.tlh, ms(s.opt.TicketTTL)).Slice()
+		until := ""
+		if u.tomb {
+			until = cmp.Or(u.until, "0")
+		}
+		v, err = s.unpoll.Run(ctx, s.rdb, keys, u.th, u.tlh, ms(s.opt.TicketTTL), u.pid, u.by, until).Slice()
 	} else {
 		tomb := int64(0)
 		if u.tomb {
 			tomb = ms(tombstoneTTL)
 		}
-		v, err = s.abandon.Run(ctx, s.rdb, keys, u.lh, u.th, u.tlh, tomb).Slice()
+		v, err = s.abandon.Run(ctx, s.rdb, keys, u.lh, u.th, u.tlh, tomb, u.until).Slice()
 	}
 	if err != nil {
 		s.m.RedisErrors.Inc()
@@ -170,12 +179,17 @@ func (s *Store) stopCleaner(wait time.Duration) {
 	}
 }
 
-// uncertain reports whether a failed call may still have run in Redis: anything
-// but an error reply from the script itself.
+// uncertain reports whether a failed call may still have run in Redis (or run
+// later): a timeout, a broken connection, a context ended in flight. An answer
+// from Redis (a script's own reply, an error reply) is definite.
 func uncertain(err error) bool {
-	if err == nil {
+	if err == nil || !errors.Is(err, ErrUnavailable) || errors.Is(err, errExpired) {
 		return false
 	}
 	var rerr redis.Error
 	return !errors.As(err, &rerr)
 }
+
+// errExpired: a call reached Redis after its "not after" deadline and changed
+// nothing (clock.go); definite, so nothing is undone.
+var errExpired = errors.New("call reached the store too late")

@@ -57,6 +57,7 @@ type grantMsg struct {
 
 type waiter struct {
 	kind   waiterKind
+	shared bool   // kindAcquire: it asks for a shared hold
 	th     string // ticket hash, for kindTicket
 	ch     *channel
 	signal chan struct{} // capacity 1: "look at your state"
@@ -149,8 +150,8 @@ func (d *dispatcher) close() error {
 
 // add registers a waiter on the lock's channel. Its signal fires once the
 // subscription is confirmed (at once if it already is), and on every event for it.
-func (d *dispatcher) add(name, key string, kind waiterKind, th string) *waiter {
-	w := &waiter{kind: kind, th: th, signal: make(chan struct{}, 1)}
+func (d *dispatcher) add(name, key string, kind waiterKind, th string, shared bool) *waiter {
+	w := &waiter{kind: kind, th: th, shared: shared, signal: make(chan struct{}, 1)}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	c := d.chans[key]
@@ -180,7 +181,7 @@ func (d *dispatcher) remove(w *waiter, forward bool) {
 		}
 	}
 	if w.kind == kindAcquire && (w.woken || forward) {
-		c.wakeOneAcquirer()
+		c.wakeOneAcquirer(w.shared)
 	}
 	if len(c.waiters) == 0 && d.chans[c.key] == c {
 		delete(d.chans, c.key)
@@ -217,9 +218,13 @@ func (w *waiter) notify() {
 	}
 }
 
-func (c *channel) wakeOneAcquirer() {
+// wakeOneAcquirer wakes the first non-fair waiter of the mode (shared or not)
+// that has no wake pending: a hold's end may let in one exclusive waiter, or a
+// shared one where an exclusive one still does not fit, so a release wakes one
+// of each, and a waiter passes a wake it did not use on to one of its own mode.
+func (c *channel) wakeOneAcquirer(shared bool) {
 	for _, w := range c.waiters {
-		if w.kind == kindAcquire && !w.woken {
+		if w.kind == kindAcquire && w.shared == shared && !w.woken {
 			w.woken = true
 			w.notify()
 			return
@@ -429,9 +434,9 @@ func (d *dispatcher) pubsub() *redis.PubSub {
 	return d.ps
 }
 
-// healthEvery is how long the connection may be silent before a ping; pongWait
-// is how long after the ping that silence may last before the connection is
-// taken for dead. go-redis reconnects on an error, but a read timeout is no
+// healthEvery is how long the connection may go without a pong before a ping;
+// pongWait is how long after the ping the pong may take before the connection
+// is taken for dead. go-redis reconnects on an error, but a read timeout is no
 // error to it, and writes to a dead peer succeed until TCP gives up, minutes on.
 const healthEvery, pongWait = time.Second, 2 * time.Second
 
@@ -472,6 +477,7 @@ func (d *dispatcher) receive() {
 	const minBackoff, maxBackoff = 10 * time.Millisecond, 100 * time.Millisecond
 	backoff := minBackoff
 	ctx := context.Background()
+	lastPong := time.Now()
 	var pinged time.Time // when a ping went out unanswered; zero when none
 	for {
 		ps := d.pubsub()
@@ -481,22 +487,11 @@ func (d *dispatcher) receive() {
 			return
 		default:
 		}
-		if err != nil {
-			var nerr interface{ Timeout() bool }
-			if errors.As(err, &nerr) && nerr.Timeout() {
-				switch {
-				case pinged.IsZero():
-					_ = ps.Ping(ctx) // a broken connection errors here; a dead one answers nothing
-					pinged = time.Now()
-				case time.Since(pinged) >= pongWait:
-					d.renew()
-					pinged = time.Time{}
-				}
-				continue
-			}
+		var nerr interface{ Timeout() bool }
+		if err != nil && !(errors.As(err, &nerr) && nerr.Timeout()) {
 			// go-redis reconnects on an error; the ping went with the old connection,
 			// and so may have SUBSCRIBEs and barriers.
-			pinged = time.Time{}
+			pinged, lastPong = time.Time{}, time.Now()
 			d.mu.Lock()
 			d.resync = true
 			d.mu.Unlock()
@@ -511,19 +506,33 @@ func (d *dispatcher) receive() {
 			backoff = min(backoff*2, maxBackoff)
 			continue
 		}
-		backoff, pinged = minBackoff, time.Time{}
-		d.mu.Lock()
-		if d.resync {
-			d.resubscribeAll()
-		}
-		d.mu.Unlock()
-		switch m := msg.(type) {
-		case *redis.Pong:
-			if strings.HasPrefix(m.Payload, barrierPrefix) {
-				d.barrierDone(m.Payload)
+		if err == nil {
+			backoff = minBackoff
+			d.mu.Lock()
+			if d.resync {
+				d.resubscribeAll()
 			}
-		case *redis.Message:
-			d.dispatch(m.Channel, m.Payload)
+			d.mu.Unlock()
+			switch m := msg.(type) {
+			case *redis.Pong:
+				// Only a pong proves the connection carries what Baton sends:
+				// messages from Redis may keep coming on a connection whose other
+				// direction is dead (SUBSCRIBEs, barriers and pings lost).
+				pinged, lastPong = time.Time{}, time.Now()
+				if strings.HasPrefix(m.Payload, barrierPrefix) {
+					d.barrierDone(m.Payload)
+				}
+			case *redis.Message:
+				d.dispatch(m.Channel, m.Payload)
+			}
+		}
+		switch {
+		case pinged.IsZero() && time.Since(lastPong) >= healthEvery:
+			_ = ps.Ping(ctx) // a broken connection errors here; a dead one answers nothing
+			pinged = time.Now()
+		case !pinged.IsZero() && time.Since(pinged) >= pongWait:
+			d.renew()
+			pinged, lastPong = time.Time{}, time.Now()
 		}
 	}
 }
@@ -539,8 +548,16 @@ func (d *dispatcher) dispatch(key, payload string) {
 	var g *grantMsg
 	switch {
 	case payload == "r":
-		c.wakeOneAcquirer()
+		c.wakeOneAcquirer(false)
+		c.wakeOneAcquirer(true)
 	case payload == "c": // the holds changed: only watchers care
+	case strings.HasPrefix(payload, "w:"):
+		// A hold now ends sooner than announced (a shorter renewal, a grant
+		// turned back into an unclaimed one): look again then.
+		if ms, err := strconv.ParseInt(payload[2:], 10, 64); err == nil {
+			d.arm(c, time.Duration(ms)*time.Millisecond)
+		}
+		return
 	case strings.HasPrefix(payload, "g:"):
 		th, g = parseGrant(payload)
 		if g == nil {

@@ -40,6 +40,8 @@ type HeldError struct {
 	TTL     time.Duration // until the soonest-ending hold ends
 	Owner   string        // that hold's owner label
 	Waiters int           // queued tickets
+
+	wake time.Duration // until something may change unannounced (a hold's or the head ticket's end)
 }
 
 func (e *HeldError) Error() string { return "lock held" }

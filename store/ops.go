@@ -132,7 +132,7 @@ func (s *Store) acquireArgs(r AcquireRequest, ids requestIDs, lh, mode string, p
 		remaining = strconv.FormatInt(ms(ids.remaining-time.Since(ids.joined)), 10)
 	}
 	return []any{lh, ms(r.TTL), r.Owner, mode, ids.th, ids.tlh, ms(s.opt.TicketTTL), ms(poll), r.By, shared,
-		strconv.Itoa(r.Limit), ids.ik, r.BodyHash, remaining}
+		strconv.Itoa(r.Limit), ids.ik, r.BodyHash, remaining, s.notAfter(), ids.pid}
 }
 
 func (s *Store) reenter(ctx context.Context, r AcquireRequest) (*Lease, error) {

@@ -80,9 +80,9 @@ func (r reply) lease(name, id string) *Lease {
 	return l
 }
 
-// held decodes {'busy', pttl, owner, waiters}.
+// held decodes {'busy', pttl, owner, waiters, wake}.
 func (r reply) held() *HeldError {
-	return &HeldError{TTL: r.ms(0), Owner: r.str(1), Waiters: int(r.int(2))}
+	return &HeldError{TTL: r.ms(0), Owner: r.str(1), Waiters: int(r.int(2)), wake: r.ms(3)}
 }
 
 // ticket decodes {'queued', position, waiters, pttl, ticket ttl}.
@@ -90,7 +90,8 @@ func (r reply) ticket(name, id string) *Ticket {
 	return &Ticket{Name: name, ID: id, Position: int(r.int(0)), TicketTTL: r.ms(3)}
 }
 
-// queuedHolderTTL is the time until the soonest hold ends, in a 'queued' reply.
+// queuedHolderTTL is, in a 'queued' reply, the time until something may change
+// unannounced: the soonest hold's end, or the head ticket's.
 func (r reply) queuedHolderTTL() time.Duration { return r.ms(2) }
 
 // lockState decodes {'state', mode, limit, waiters, now, last fence, holders,

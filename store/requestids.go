@@ -17,6 +17,7 @@ type requestIDs struct {
 	lease, ticket string
 	lh, th, tlh   string // hashes of the lease, the ticket and the ticket's lease
 	ik            string // the idempotency record's hash; "" without a key
+	pid           string // names the request's own wait on its ticket (keep_ticket)
 
 	member    string        // the session member ("<nonce>:<name>"); "" without a session
 	session   string        // the session id
@@ -54,6 +55,7 @@ func (s *Store) requestIDs(ctx context.Context, r AcquireRequest) (requestIDs, e
 		ids.lease, ids.ticket = newID(), newID()
 	}
 	ids.lh, ids.th, ids.tlh = hashID(ids.lease), hashID(ids.ticket), hashID(ticketLease(ids.ticket))
+	ids.pid = newID()[:11]
 	return ids, nil
 }
 

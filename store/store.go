@@ -72,6 +72,7 @@ type Store struct {
 	sessionHolds, sessionCreate, sessionGet, sessionJoin, sessionLeave, sessionRenew, sessionEnd *redis.Script
 
 	secretKey atomic.Pointer[[]byte] // see secret.go
+	clock     redisClock             // see clock.go
 
 	clean *cleaner
 
@@ -249,6 +250,7 @@ func New(rdb redis.UniversalClient, opt Options) *Store {
 	}
 	s.disp = newDispatcher(rdb, s.pokeLock, opt.Logger, s.m)
 	go s.runCleaner()
+	go s.runClock()
 	return s
 }
 
@@ -272,6 +274,9 @@ func (s *Store) Ready(ctx context.Context) error {
 	loaded, err := s.rdb.ScriptExists(ctx, hashes...).Result()
 	if err != nil {
 		return s.storeErr("ready", err)
+	}
+	if !s.clock.known.Load() {
+		s.syncClock(ctx)
 	}
 	for i, ok := range loaded {
 		if !ok {
@@ -367,7 +372,12 @@ func (s *Store) call(ctx context.Context, sc *redis.Script, op string, keys []st
 			v, err = sc.Run(ctx, s.rdb, keys, args...).Slice()
 		}
 		if err == nil {
-			return decodeReply(v)
+			rep, err := decodeReply(v)
+			if err == nil && rep.code == "expired" {
+				go s.syncClock(context.WithoutCancel(ctx))
+				return reply{}, fmt.Errorf("%s: %w: %w", op, ErrUnavailable, errExpired)
+			}
+			return rep, err
 		}
 		if retry && attempt == 0 && ctx.Err() == nil && isConnError(err) {
 			continue

@@ -21,7 +21,7 @@ func (s *Store) waitLock(ctx context.Context, r AcquireRequest, ids requestIDs, 
 		return AcquireResult{}, err
 	}
 	defer s.releaseWaiter()
-	w := s.disp.add(r.Name, s.channel(r.Name), kindAcquire, "")
+	w := s.disp.add(r.Name, s.channel(r.Name), kindAcquire, "", r.Shared)
 	forward := false
 	defer func() { s.disp.remove(w, forward) }()
 
@@ -53,7 +53,7 @@ func (s *Store) waitLock(ctx context.Context, r AcquireRequest, ids requestIDs, 
 		switch rep.code {
 		case "busy":
 			held = rep.held()
-			s.disp.observe(w, held.TTL)
+			s.disp.observe(w, held.wake)
 			continue
 		case "granted":
 			l := rep.lease(r.Name, ids.lease)
@@ -102,7 +102,7 @@ func (s *Store) waitFair(ctx context.Context, r AcquireRequest, ids requestIDs) 
 		return AcquireResult{}, err
 	}
 	defer s.releaseWaiter()
-	t := ticketWait{name: r.Name, ticket: ids.ticket, th: ids.th, tlh: ids.tlh, own: ids.lh, by: r.By, keep: ids.ik != ""}
+	t := ticketWait{name: r.Name, ticket: ids.ticket, th: ids.th, tlh: ids.tlh, own: ids.lh, by: r.By, keep: ids.ik != "", pid: ids.pid}
 	t.enqueue = func(ctx context.Context, poll time.Duration) (reply, error) {
 		// Retried when the connection breaks: idempotent, see Acquire.
 		return s.runGrant(ctx, s.acquire, "acquire", ids.keys(s, r.Name), true, s.acquireArgs(r, ids, ids.lh, "fair", poll)...)
@@ -150,16 +150,17 @@ func (s *Store) Poll(ctx context.Context, ref Ref, wait time.Duration) (PollResu
 	if ctx.Err() != nil {
 		return PollResult{}, clientGone("poll", ctx)
 	}
-	t := ticketWait{name: ref.Name, ticket: ref.ID, th: hashID(ref.ID), tlh: hashID(ticketLease(ref.ID)), by: ref.By}
+	t := ticketWait{name: ref.Name, ticket: ref.ID, th: hashID(ref.ID), tlh: hashID(ticketLease(ref.ID)), by: ref.By,
+		pid: newID()[:11]}
 	if wait <= 0 || s.shuttingDown() {
 		res, err := s.pollOnce(ctx, t, 0)
 		switch {
 		case err != nil:
 			if uncertain(err) {
-				s.undoTicket(t)
+				s.undoTicket(t, true)
 			}
 		case res.Lease != nil && ctx.Err() != nil:
-			s.undoTicket(t)
+			s.undoTicket(t, false)
 			return PollResult{}, clientGone("poll", ctx)
 		}
 		return res, err
@@ -180,6 +181,7 @@ type ticketWait struct {
 	own          string // a fair acquire's own lease hash; "" for a poll
 	by           string // the principal waiting
 	keep         bool   // an idempotent acquire: nothing to undo (its client retries)
+	pid          string // names this wait's polls (keep_ticket, unpoll.lua)
 	// enqueue, for a fair acquire, makes the first check: it creates the ticket,
 	// or grants at once under the request's own lease.
 	enqueue func(context.Context, time.Duration) (reply, error)
@@ -188,17 +190,19 @@ type ticketWait struct {
 // undoTicket undoes what a ticket wait may have left when its answer does not
 // reach the client: a fair acquire's ticket and grant are dropped (the client
 // never saw the ticket); a poll's grant is kept for the ticket's next poll.
-func (s *Store) undoTicket(t ticketWait) {
+// uncertain says a call of the wait had no definite answer, so a tombstone must
+// stop it should it run later.
+func (s *Store) undoTicket(t ticketWait, uncertain bool) {
 	if t.own != "" {
-		s.undo(undo{name: t.name, lh: t.own, th: t.th, tlh: t.tlh, tomb: true, keep: t.keep})
+		s.undo(undo{name: t.name, lh: t.own, th: t.th, tlh: t.tlh, tomb: uncertain, keep: t.keep})
 		return
 	}
-	s.undo(undo{name: t.name, th: t.th, tlh: t.tlh, poll: true})
+	s.undo(undo{name: t.name, th: t.th, tlh: t.tlh, poll: true, pid: t.pid, by: t.by, tomb: uncertain})
 }
 
 func (s *Store) pollOnce(ctx context.Context, t ticketWait, poll time.Duration) (PollResult, error) {
 	keys := append(s.keys(t.name), s.ticketKey(t.name, t.th))
-	rep, err := s.runGrant(ctx, s.poll, "poll", keys, true, t.th, t.tlh, ms(poll), t.by)
+	rep, err := s.runGrant(ctx, s.poll, "poll", keys, true, t.th, t.tlh, ms(poll), t.by, t.pid, s.notAfter())
 	if err != nil {
 		return PollResult{}, err
 	}
@@ -243,7 +247,7 @@ func (s *Store) awaitTicket(ctx context.Context, t ticketWait, until time.Time) 
 	if ctx.Err() != nil { // nothing is created for a client already gone
 		return PollResult{}, clientGone("poll", ctx)
 	}
-	w := s.disp.add(t.name, s.channel(t.name), kindTicket, t.th)
+	w := s.disp.add(t.name, s.channel(t.name), kindTicket, t.th, false)
 	defer s.disp.remove(w, false)
 	deadline := time.NewTimer(time.Until(until))
 	defer deadline.Stop()
@@ -276,11 +280,11 @@ func (s *Store) awaitTicket(ctx context.Context, t ticketWait, until time.Time) 
 		switch {
 		case err != nil:
 			if uncertain(err) {
-				s.undoTicket(t)
+				s.undoTicket(t, true)
 			}
 			return res, err
 		case ctx.Err() != nil:
-			s.undoTicket(t)
+			s.undoTicket(t, false)
 			return PollResult{}, clientGone("poll", ctx)
 		}
 		return res, nil
@@ -302,7 +306,7 @@ func (s *Store) awaitTicket(ctx context.Context, t ticketWait, until time.Time) 
 			return end()
 		case <-ctx.Done():
 			if enqueue == nil || t.own == "" {
-				s.undoTicket(t) // a fair acquire gone before its first check created nothing
+				s.undoTicket(t, false) // a fair acquire gone before its first check created nothing
 			}
 			return PollResult{}, clientGone("poll", ctx)
 		}
@@ -313,7 +317,7 @@ func (s *Store) awaitTicket(ctx context.Context, t ticketWait, until time.Time) 
 			// arrive before that script's WAIT returns, so the poll below answers,
 			// after a WAIT of its own. The ttl is the grant's, less the time since
 			// the message came (the Redis clock is the authority, not ours).
-			s.m.Handoff.Observe(max(time.Since(g.at), 0).Seconds())
+			s.m.Handoff.Observe(s.handoffLatency(g).Seconds())
 			return settle(PollResult{Lease: &Lease{
 				Name: t.name, ID: ticketLease(t.ticket), Fence: g.fence, Count: 1,
 				TTL: max(g.window-time.Since(g.recv), 0), ExpiresAt: g.at.Add(g.window),
@@ -323,7 +327,7 @@ func (s *Store) awaitTicket(ctx context.Context, t ticketWait, until time.Time) 
 		res, err := settle(check(ctx, time.Until(until)))
 		if err != nil || res.Lease != nil {
 			if g != nil && res.Lease != nil {
-				s.m.Handoff.Observe(max(time.Since(g.at), 0).Seconds())
+				s.m.Handoff.Observe(s.handoffLatency(g).Seconds())
 			}
 			return res, err
 		}
@@ -345,7 +349,7 @@ func (s *Store) Watch(ctx context.Context, name string, fence *int64, wait time.
 		return State{}, err
 	}
 	defer s.releaseWaiter()
-	w := s.disp.add(name, s.channel(name), kindWatch, "")
+	w := s.disp.add(name, s.channel(name), kindWatch, "", false)
 	defer s.disp.remove(w, false)
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
