@@ -31,6 +31,20 @@ type Config struct {
 	// FenceGuard is how long a name's fence key outlives its last grant; fences
 	// only grow as long as the Redis clock never steps back by more than this.
 	FenceGuard time.Duration `envconfig:"FENCE_GUARD" default:"1h"`
+	// IdempotencyGrace is how long an Idempotency-Key is remembered after what
+	// its request made has ended.
+	IdempotencyGrace time.Duration `envconfig:"IDEMPOTENCY_GRACE" default:"60s"`
+	// Secret, when set (at least 32 characters), is the key idempotent ids are
+	// derived with; empty: one is made once and kept in Redis (store.Options).
+	Secret string `envconfig:"SECRET"`
+	// BodyReadTimeout bounds the time a request body may take to arrive.
+	BodyReadTimeout time.Duration `envconfig:"BODY_READ_TIMEOUT" default:"10s"`
+	// Access control and TLS (access.go; API.md, "Access control").
+	AuthFile        string `envconfig:"AUTH_FILE"`
+	Auth            string `envconfig:"AUTH"`
+	TLSCertFile     string `envconfig:"TLS_CERT_FILE"`
+	TLSKeyFile      string `envconfig:"TLS_KEY_FILE"`
+	TLSClientCAFile string `envconfig:"TLS_CLIENT_CA_FILE"`
 	// DebugAddr, when set, serves Go's runtime profiles there (debug.go).
 	DebugAddr string `envconfig:"DEBUG_ADDR"`
 }
@@ -107,6 +121,15 @@ func (c Config) validate() error {
 	}
 	if c.WaitReplicas > 0 && c.RedisURL == "" {
 		add("BATON_WAIT_REPLICAS needs BATON_REDIS_URL: the embedded store has no replicas")
+	}
+	if c.IdempotencyGrace < time.Second || c.IdempotencyGrace%time.Millisecond != 0 {
+		add("BATON_IDEMPOTENCY_GRACE (%v) must be a whole number of milliseconds, at least 1s", c.IdempotencyGrace)
+	}
+	if c.Secret != "" && len(c.Secret) < 32 {
+		add("BATON_SECRET must be at least 32 characters (or empty: Baton keeps one in Redis)")
+	}
+	if c.BodyReadTimeout < time.Millisecond {
+		add("BATON_BODY_READ_TIMEOUT (%v) must be at least 1ms", c.BodyReadTimeout)
 	}
 	if c.FenceGuard < time.Second {
 		add("BATON_FENCE_GUARD (%v) must be at least 1s: it is the longest backward step of the Redis clock fences survive", c.FenceGuard)

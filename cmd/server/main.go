@@ -114,9 +114,16 @@ func serve(ctx context.Context, cfg Config, log zerolog.Logger, listening func(n
 	}
 	defer rdb.Close()
 	met := metrics.New()
+	accessCtx, stopAccess := context.WithCancel(context.Background())
+	defer stopAccess()
+	guard, tlsCfg, err := startAccess(accessCtx, cfg, log, met)
+	if err != nil {
+		return err
+	}
 	st := store.New(rdb, store.Options{
 		Prefix: cfg.KeyPrefix, TicketTTL: cfg.TicketTTL, MaxWaiters: cfg.MaxWaiters, Logger: log, Metrics: met,
 		WaitReplicas: cfg.WaitReplicas, WaitTimeout: cfg.WaitTimeout, FenceGuard: cfg.FenceGuard,
+		IdempotencyGrace: cfg.IdempotencyGrace, Secret: []byte(cfg.Secret),
 	})
 	defer st.Close()
 	if err := st.Ready(ctx); err != nil {
@@ -129,12 +136,15 @@ func serve(ctx context.Context, cfg Config, log zerolog.Logger, listening func(n
 	}
 	srv := &http.Server{
 		Handler: handlers.NewServer(handlers.Deps{
-			Store:   st,
-			Limits:  handlers.Limits{DefaultTTL: cfg.DefaultTTL, MinTTL: cfg.MinTTL, MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait},
+			Store: st,
+			Limits: handlers.Limits{DefaultTTL: cfg.DefaultTTL, MinTTL: cfg.MinTTL, MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait,
+				BodyReadTimeout: cfg.BodyReadTimeout},
 			Logger:  log,
 			Metrics: met,
 			Spec:    api.Spec,
+			Guard:   guard,
 		}),
+		TLSConfig:         tlsCfg,
 		ReadHeaderTimeout: 10 * time.Second,
 		WriteTimeout:      cfg.writeTimeout(),
 		IdleTimeout:       2 * time.Minute,
@@ -149,8 +159,14 @@ func serve(ctx context.Context, cfg Config, log zerolog.Logger, listening func(n
 		log.Info().Str("addr", at.String()).Msg("debug listening")
 	}
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	log.Info().Str("addr", ln.Addr().String()).Msg("listening")
+	go func() {
+		if tlsCfg != nil {
+			served <- srv.ServeTLS(ln, "", "") // the certificate comes from tlsCfg, re-read when it changes
+			return
+		}
+		served <- srv.Serve(ln)
+	}()
+	log.Info().Str("addr", ln.Addr().String()).Bool("tls", tlsCfg != nil).Str("auth", guard.Mode().String()).Msg("listening")
 	if listening != nil {
 		listening(ln.Addr())
 	}

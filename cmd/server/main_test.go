@@ -22,6 +22,7 @@ func testConfig() Config {
 		MinTTL: 100 * time.Millisecond, MaxTTL: 24 * time.Hour, MaxWait: 60 * time.Second,
 		TicketTTL: 10 * time.Second, MaxWaiters: 50000, LogLevel: "info", LogFormat: "json",
 		ShutdownDelay: 0, ShutdownTimeout: 10 * time.Second, WaitTimeout: 100 * time.Millisecond, FenceGuard: time.Hour,
+		IdempotencyGrace: time.Minute, BodyReadTimeout: 10 * time.Second,
 	}
 }
 
