@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +24,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/batonhq/baton/api"
+	"github.com/batonhq/baton/auth"
 	"github.com/batonhq/baton/handlers"
 	"github.com/batonhq/baton/internal/redistest"
 	"github.com/batonhq/baton/metrics"
@@ -86,6 +88,10 @@ type env struct {
 	Logs    *syncBuffer
 	Metrics *metrics.Metrics
 	client  *http.Client
+
+	Guard    *auth.Guard  // keys mode only
+	KeysFile string       // keys mode only
+	Handler  http.Handler // the server's handler, for requests from other peers
 }
 
 // envOptions tune newEnv; zero values are the defaults of API.md.
@@ -96,6 +102,10 @@ type envOptions struct {
 	Limits     handlers.Limits
 	TicketTTL  time.Duration
 	MaxWaiters int
+	// Keys, when set, is a keys file (YAML): the server runs in keys mode.
+	Keys             string
+	Protected        bool // protected mode: loopback peers only
+	IdempotencyGrace time.Duration
 }
 
 var prefixSeq atomic.Int64
@@ -121,11 +131,29 @@ func newEnv(t *testing.T, o envOptions) *env {
 	logs := &syncBuffer{}
 	log := zerolog.New(logs)
 	m := metrics.New()
-	st := store.New(rdb, store.Options{Prefix: o.Prefix, TicketTTL: o.TicketTTL, MaxWaiters: o.MaxWaiters, Logger: log, Metrics: m})
-	h := handlers.NewServer(handlers.Deps{Store: st, Limits: o.Limits, Logger: log, Metrics: m, Spec: api.Spec})
+	st := store.New(rdb, store.Options{Prefix: o.Prefix, TicketTTL: o.TicketTTL, MaxWaiters: o.MaxWaiters, Logger: log, Metrics: m,
+		IdempotencyGrace: o.IdempotencyGrace})
+	var guard *auth.Guard
+	var keysFile string
+	if o.Keys != "" {
+		keysFile = filepath.Join(t.TempDir(), "keys.yaml")
+		if err := os.WriteFile(keysFile, []byte(o.Keys), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if guard, err = auth.NewGuard(auth.Config{File: keysFile, Logger: log, ReloadErrors: m.AuthReloadErrors}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if o.Protected {
+		if guard, err = auth.NewGuard(auth.Config{Logger: log}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := handlers.NewServer(handlers.Deps{Store: st, Limits: o.Limits, Logger: log, Metrics: m, Spec: api.Spec, Guard: guard})
 	srv := httptest.NewServer(h)
 	e := &env{t: t, URL: srv.URL, Store: st, Redis: o.Redis.Client(t), Server: o.Redis, Prefix: o.Prefix,
-		Logs: logs, Metrics: m, client: &http.Client{Timeout: 90 * time.Second}}
+		Logs: logs, Metrics: m, client: &http.Client{Timeout: 90 * time.Second}, Guard: guard, KeysFile: keysFile,
+		Handler: h}
 	t.Cleanup(func() {
 		st.Shutdown()
 		srv.Close()

@@ -20,5 +20,5 @@ if redis.call('EXISTS', sess) == 1 then
   return {'idem_used'}
 end
 redis.call('HSET', sess, 'by', by, 'ttl', ttl, 'owner', ARGV[3], 'dl', str(now + ttl), 'b', body)
-redis.call('PEXPIRE', sess, ttl + IDEMPOTENCY_GRACE_MS)
+redis.call('PEXPIRE', sess, ttl + grace())
 return session_reply('created', now)

@@ -14,6 +14,10 @@ end
 local out = session_reply('ended', now)
 out[3] = 0
 redis.call('HSET', sess, 'dl', '0')
-redis.call('PEXPIRE', sess, IDEMPOTENCY_GRACE_MS)
+if grace() > 0 then
+  redis.call('PEXPIRE', sess, grace())
+else
+  redis.call('DEL', sess)
+end
 redis.call('DEL', members)
 return out

@@ -5,8 +5,9 @@
 --   KEYS[1]  P:s:{S}    session hash: by (the principal that made it), ttl,
 --                       owner, dl (deadline, Redis ms; 0 once ended), b (the
 --                       creating request's body hash, for its Idempotency-Key);
---                       PEXPIRE = its deadline plus IDEMPOTENCY_GRACE_MS, so
---                       that a retry of its creation after it ended is told so
+--                       PEXPIRE = its deadline, plus IDEMPOTENCY_GRACE_MS when it
+--                       was made with an Idempotency-Key, so that a retry of its
+--                       creation after it ended is told so
 --   KEYS[2]  P:s:{S}:h  its members: 'h:<nonce>:<lock name>' (a hold) and
 --                       't:<nonce>:<lock name>' (a ticket); the lease or ticket id
 --                       is derived from the session id and the nonce, so Redis
@@ -21,6 +22,15 @@ end
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- grace is how long the session key outlives the session: the Idempotency-Key
+-- grace when it was made with a key, else nothing.
+local function grace()
+  if (redis.call('HGET', sess, 'b') or '') ~= '' then
+    return IDEMPOTENCY_GRACE_MS
+  end
+  return 0
 end
 
 -- alive reports whether the session lives and belongs to by.

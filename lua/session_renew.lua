@@ -15,7 +15,7 @@ if ttl == 0 then
   ttl = tonumber(redis.call('HGET', sess, 'ttl'))
 end
 redis.call('HSET', sess, 'ttl', ttl, 'dl', str(now + ttl))
-redis.call('PEXPIRE', sess, ttl + IDEMPOTENCY_GRACE_MS)
+redis.call('PEXPIRE', sess, ttl + grace())
 if redis.call('EXISTS', members) == 1 then
   redis.call('PEXPIRE', members, ttl)
 end

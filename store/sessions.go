@@ -55,7 +55,9 @@ func (s *Store) sessionKeys(id string) []string {
 // ErrIdempotencyUsed, ErrIdempotencyMismatch, ErrUnavailable.
 func (s *Store) CreateSession(ctx context.Context, r SessionRequest) (Session, bool, error) {
 	id := newID()
-	if r.IdemKey != "" {
+	if r.IdemKey == "" {
+		r.BodyHash = "" // remembered only for an Idempotency-Key
+	} else {
 		secret, err := s.secret(ctx)
 		if err != nil {
 			return Session{}, false, err
