@@ -133,7 +133,7 @@ func TestAuthGrants(t *testing.T) {
 	wantStatus(t, as(k.ops, req{Method: "GET", Path: tk.Str("url")}), http.StatusGone, "ticket-gone")
 	wantStatus(t, as(k.ops, req{Method: "DELETE", Path: tk.Str("url")}), http.StatusGone, "ticket-gone")
 	wantStatus(t, as(k.billing, req{Method: "GET", Path: tk.Str("url")}), http.StatusAccepted, "") // still queued
-	wantStatus(t, as(k.billing, req{Method: "GET", Path: l.Str("url")}), http.StatusOK, "")          // still held
+	wantStatus(t, as(k.billing, req{Method: "GET", Path: l.Str("url")}), http.StatusOK, "")        // still held
 	f := as(k.ops, req{Method: "DELETE", Path: "/v1/locks/billing:inv?force=true"})
 	wantStatus(t, f, http.StatusOK, "")
 	if !f.Bool("released") {
