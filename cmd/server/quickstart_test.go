@@ -19,8 +19,8 @@ func TestREADMEQuickstart(t *testing.T) {
 		t.Fatal(err)
 	}
 	blocks := regexp.MustCompile("(?s)<!-- quickstart -->\\s*```sh\\n(.*?)```\\s*<!-- /quickstart -->").FindAllSubmatch(readme, -1)
-	if len(blocks) != 3 {
-		t.Fatalf("found %d quickstart blocks in README.md, want 3", len(blocks))
+	if len(blocks) != 5 {
+		t.Fatalf("found %d quickstart blocks in README.md, want 5", len(blocks))
 	}
 	base, _ := startServe(t, testConfig())
 	wants := [][]string{
@@ -29,6 +29,8 @@ func TestREADMEQuickstart(t *testing.T) {
 		{`"position":1`, "/v1/locks/payroll/leases/", `"released":true`},
 		{`"mode":"shared"`, `"holders":2`, `"owner":"reader-2"`, "/problems/lock-held", `"released":true`,
 			"/problems/limit-mismatch", `"limit":2`},
+		{`"name":"invoice:17"`, `"shared":true`, `"locks":2`, `"url":"/v1/locks/customer:9/leases/`, `"released":2`},
+		{`"name":"export"`, "Idempotent-Replayed: true", "/problems/idempotency-key-mismatch"},
 	}
 	for i, b := range blocks {
 		cmd := exec.Command("bash", "-euo", "pipefail", "-c", string(b[1]))
