@@ -124,7 +124,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if o.RedisURL == "" {
 		o.RedisURL = o.Redis.URL()
 	}
-	rdb, err := store.NewClient(o.RedisURL)
+	rdb, gate, err := store.NewGatedClient(o.RedisURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	log := zerolog.New(logs)
 	m := metrics.New()
 	st := store.New(rdb, store.Options{Prefix: o.Prefix, TicketTTL: o.TicketTTL, MaxWaiters: o.MaxWaiters, Logger: log, Metrics: m,
-		IdempotencyGrace: o.IdempotencyGrace})
+		IdempotencyGrace: o.IdempotencyGrace, Gate: gate})
 	var guard *auth.Guard
 	var keysFile string
 	if o.Keys != "" {

@@ -57,6 +57,11 @@ type Options struct {
 	// Secret is the key ids of idempotent requests are derived with (HMAC), the
 	// same on every replica; empty: one is made once and kept in Redis.
 	Secret []byte
+
+	// Gate, from NewGatedClient, keeps calls away from a Redis that is down
+	// (they answer ErrUnavailable at once) and lets them through the moment it
+	// answers again; nil: none. Close closes it.
+	Gate *Gate
 }
 
 // Store is the Redis lock store. It is safe for concurrent use.
@@ -101,12 +106,28 @@ type Store struct {
 // out is 26379. The client asks the sentinels for the master and follows it
 // through failovers.
 func NewClient(rawURL string) (redis.UniversalClient, error) {
+	return newClient(rawURL, nil)
+}
+
+// NewGatedClient is NewClient with a Gate (gate.go) on its dials; pass the gate
+// to the Store (Options.Gate), which closes it when Redis stops answering.
+func NewGatedClient(rawURL string) (redis.UniversalClient, *Gate, error) {
+	g := NewGate(rawURL)
+	rdb, err := newClient(rawURL, g)
+	return rdb, g, err
+}
+
+func newClient(rawURL string, g *Gate) (redis.UniversalClient, error) {
 	if strings.HasPrefix(rawURL, sentinelScheme+"://") {
 		fo, err := parseSentinelURL(rawURL)
 		if err != nil {
 			return nil, fmt.Errorf("parse redis url: %w", err)
 		}
 		connLimits(&fo.MaxRetries, &fo.DialerRetries, &fo.DialTimeout, &fo.ReadTimeout, &fo.WriteTimeout, &fo.ContextTimeoutEnabled)
+		if g != nil {
+			d := &net.Dialer{KeepAlive: 5 * time.Minute}
+			fo.Dialer = g.dialer(d.DialContext)
+		}
 		return redis.NewFailoverClient(fo), nil
 	}
 	opt, err := redis.ParseURL(rawURL)
@@ -114,6 +135,9 @@ func NewClient(rawURL string) (redis.UniversalClient, error) {
 		return nil, fmt.Errorf("parse redis url: %w", err)
 	}
 	connLimits(&opt.MaxRetries, &opt.DialerRetries, &opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.ContextTimeoutEnabled)
+	if g != nil {
+		opt.Dialer = g.dialer(redis.NewDialer(opt))
+	}
 	return redis.NewClient(opt), nil
 }
 
@@ -266,6 +290,9 @@ func (s *Store) Ready(ctx context.Context) error {
 		return fmt.Errorf("shutting down: %w", ErrUnavailable)
 	default:
 	}
+	if s.opt.Gate.Down() {
+		return fmt.Errorf("ready: %w: redis is down (health gate)", ErrUnavailable)
+	}
 	all := s.scripts()
 	hashes := make([]string, len(all))
 	for i, sc := range all {
@@ -310,6 +337,7 @@ func (s *Store) Close() error {
 		s.closed = true
 		s.gate.Unlock()
 		s.stopCleaner(closeUndoWait)
+		s.opt.Gate.Close()
 	})
 	return s.disp.close()
 }
@@ -363,6 +391,9 @@ func (s *Store) call(ctx context.Context, sc *redis.Script, op string, keys []st
 	if s.closed {
 		return reply{}, fmt.Errorf("%s: store closed: %w", op, ErrUnavailable)
 	}
+	if s.opt.Gate.Down() {
+		return reply{}, fmt.Errorf("%s: %w: redis is down (health gate)", op, ErrUnavailable)
+	}
 	for attempt := 0; ; attempt++ {
 		var v []any
 		var err error
@@ -379,7 +410,13 @@ func (s *Store) call(ctx context.Context, sc *redis.Script, op string, keys []st
 			}
 			return rep, err
 		}
-		if retry && attempt == 0 && ctx.Err() == nil && isConnError(err) {
+		if ctx.Err() == nil && isDialError(err) {
+			// Redis refuses connections (or they time out): keep everyone else away
+			// until it answers again. A broken connection alone is not that: the
+			// next call dials a new one.
+			s.opt.Gate.close()
+		}
+		if retry && attempt == 0 && ctx.Err() == nil && isConnError(err) && !s.opt.Gate.Down() {
 			continue
 		}
 		return reply{}, s.storeErr(op, err)
@@ -480,6 +517,13 @@ func (s *Store) storeErr(op string, err error) error {
 		}
 	}
 	return fmt.Errorf("%s: %w", op, err)
+}
+
+// isDialError reports a failure to connect at all: refused, unreachable, or a
+// dial that timed out.
+func isDialError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // isConnError reports a broken, refused or timed-out connection, or a closed pool.

@@ -108,7 +108,7 @@ func serve(ctx context.Context, cfg Config, log zerolog.Logger, listening func(n
 		log.Warn().Str("addr", emb.Addr()).Msg("BATON_REDIS_URL is empty: using the embedded in-process store. " +
 			"It is for trying Baton out (one process, nothing kept), never for production: set BATON_REDIS_URL.")
 	}
-	rdb, err := store.NewClient(url)
+	rdb, gate, err := store.NewGatedClient(url)
 	if err != nil {
 		return err
 	}
@@ -123,7 +123,7 @@ func serve(ctx context.Context, cfg Config, log zerolog.Logger, listening func(n
 	st := store.New(rdb, store.Options{
 		Prefix: cfg.KeyPrefix, TicketTTL: cfg.TicketTTL, MaxWaiters: cfg.MaxWaiters, Logger: log, Metrics: met,
 		WaitReplicas: cfg.WaitReplicas, WaitTimeout: cfg.WaitTimeout, FenceGuard: cfg.FenceGuard,
-		IdempotencyGrace: cfg.IdempotencyGrace, Secret: []byte(cfg.Secret),
+		IdempotencyGrace: cfg.IdempotencyGrace, Secret: []byte(cfg.Secret), Gate: gate,
 	})
 	defer st.Close()
 	if err := st.Ready(ctx); err != nil {

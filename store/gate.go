@@ -1,0 +1,146 @@
+package store
+
+import (
+	"context"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Gate keeps requests away from a Redis that is down, and lets them through
+// the moment it answers again.
+//
+// Without it, a Redis that dies makes every request dial and fail (each taking
+// its turn at the dial), and go-redis's pool, after as many failed dials as it
+// has connections, stops dialing and fails fast until a background probe,
+// once a second, succeeds: answers stay 503 for up to a second after Redis is
+// back. With it, the first connection error closes the gate: calls answer
+// ErrUnavailable at once without touching the pool, a prober pings Redis every
+// gateProbeEvery through a client of its own (a fresh one each time, so no
+// breaker of go-redis's holds it back), and the first pong opens the gate.
+// Dials that do reach the pool while the gate is closed (a call that passed it
+// just before it closed, the pool's own probe) wait for it to open, up to their
+// deadline, rather than fail: they are the failures that would open go-redis's
+// breaker.
+type Gate struct {
+	probe func() (redis.UniversalClient, error) // a fresh client to ping with
+
+	mu    sync.Mutex
+	down  bool
+	opens chan struct{} // closed when the gate opens again
+	stop  chan struct{}
+}
+
+// gateProbeEvery is how often a closed gate pings Redis.
+const gateProbeEvery = 10 * time.Millisecond
+
+// NewGate returns an open gate for the Redis at rawURL (any URL NewClient takes).
+func NewGate(rawURL string) *Gate {
+	return &Gate{
+		probe: func() (redis.UniversalClient, error) { return newClient(rawURL, nil) },
+		stop:  make(chan struct{}),
+	}
+}
+
+// Down reports whether the gate is closed.
+func (g *Gate) Down() bool {
+	if g == nil {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.down
+}
+
+// close shuts the gate and starts probing, unless it is closed already.
+func (g *Gate) close() {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.down {
+		return
+	}
+	select {
+	case <-g.stop:
+		return
+	default:
+	}
+	g.down = true
+	g.opens = make(chan struct{})
+	go g.probeUntilUp(g.opens)
+}
+
+// probeUntilUp pings Redis until it answers, then opens the gate.
+func (g *Gate) probeUntilUp(opens chan struct{}) {
+	t := time.NewTicker(gateProbeEvery)
+	defer t.Stop()
+	for {
+		if g.ping() {
+			g.mu.Lock()
+			g.down = false
+			close(opens)
+			g.mu.Unlock()
+			return
+		}
+		select {
+		case <-g.stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (g *Gate) ping() bool {
+	c, err := g.probe()
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	return c.Ping(ctx).Err() == nil
+}
+
+// wait blocks while the gate is closed, until it opens or ctx ends.
+func (g *Gate) wait(ctx context.Context) error {
+	g.mu.Lock()
+	down, opens := g.down, g.opens
+	g.mu.Unlock()
+	if !down {
+		return nil
+	}
+	select {
+	case <-opens:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close stops the prober.
+func (g *Gate) Close() {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	select {
+	case <-g.stop:
+	default:
+		close(g.stop)
+	}
+}
+
+// dialer wraps a go-redis dialer: while the gate is closed, a dial waits for it.
+func (g *Gate) dialer(base func(context.Context, string, string) (net.Conn, error)) func(context.Context, string, string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if err := g.wait(ctx); err != nil {
+			return nil, err
+		}
+		return base(ctx, network, addr)
+	}
+}

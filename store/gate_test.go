@@ -1,0 +1,69 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/batonhq/baton/internal/redistest"
+	"github.com/batonhq/baton/store"
+)
+
+// Redis dies and comes back: while it is down every call answers
+// ErrUnavailable at once, and the first call after Redis answers PING again
+// succeeds within 100 ms (go-redis's pool alone keeps failing for up to a
+// second after the dials it saw fail).
+func TestGateRecovery(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb, gate, err := store.NewGatedClient(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rdb.Close() })
+	s := store.New(rdb, store.Options{Prefix: "gate", Gate: gate, Logger: zerolog.New(zerolog.NewTestWriter(t))})
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := context.Background()
+	acquire := func() error {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, err := s.Acquire(ctx, store.AcquireRequest{Name: "g" + time.Now().Format("150405.000000"), TTL: time.Second})
+		return err
+	}
+	if err := acquire(); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 3 {
+		srv.Kill()
+		// A burst of calls, as from many clients at once, while Redis is down.
+		for range 60 {
+			start := time.Now()
+			if err := acquire(); !errors.Is(err, store.ErrUnavailable) {
+				t.Fatalf("round %d: acquire with Redis down: %v, want ErrUnavailable", round, err)
+			}
+			if d := time.Since(start); d > time.Second && gate.Down() {
+				t.Errorf("round %d: an answer with the gate closed took %v, want at once", round, d)
+			}
+		}
+		if !gate.Down() {
+			t.Fatalf("round %d: the gate is open with Redis down", round)
+		}
+		if err := srv.Restart(); err != nil { // returns once Redis answers PING
+			t.Fatal(err)
+		}
+		back := time.Now()
+		for acquire() != nil {
+			if time.Since(back) > 5*time.Second {
+				t.Fatalf("round %d: no success 5 s after Redis came back", round)
+			}
+			time.Sleep(2 * time.Millisecond) // polling like a client; the event is Redis answering
+		}
+		took := time.Since(back)
+		t.Logf("round %d: Redis back (PING answered) -> first success: %v", round, took)
+		if took > 100*time.Millisecond {
+			t.Errorf("round %d: first success %v after Redis answered PING, want within 100 ms", round, took)
+		}
+	}
+}
