@@ -32,6 +32,7 @@ type Locker interface {
 	GetSession(ctx context.Context, ref store.Ref) (store.Session, error)
 	RenewSession(ctx context.Context, ref store.Ref, ttl time.Duration) (store.Session, error)
 	EndSession(ctx context.Context, ref store.Ref) (int, error)
+	List(ctx context.Context, r store.ListRequest) (store.ListPage, error)
 	Ready(ctx context.Context) error
 }
 
@@ -64,6 +65,7 @@ func NewServer(d Deps) http.Handler {
 	r.MethodNotAllowed(s.methodNotAllowed(r))
 
 	lock, read, admin := auth.ActionLock, auth.ActionRead, auth.ActionAdmin
+	get(r, "/v1/locks", s.need(read, s.list()))
 	r.Method(http.MethodPost, "/v1/locks/{name}", s.need(lock, s.acquire()))
 	get(r, "/v1/locks/{name}", s.need(read, s.state()))
 	r.Method(http.MethodDelete, "/v1/locks/{name}", s.need(admin, s.force()))
