@@ -206,3 +206,30 @@ func TestReview2SessionTicketClaimOutlivesSession(t *testing.T) {
 		t.Errorf("the session expired unrenewed, but its hold is held for %d ms more: %s", st.Int("ttl_ms"), st.Raw)
 	}
 }
+
+// A session's exclusive ticket heads a lock's queue, waiting for a shared hold
+// to end; behind it waits a shared ticket of someone else, which would fit
+// beside the shared hold but may not overtake the ticket ahead. The session
+// is deleted: session_holds.lua drops the ticket and hands nothing on (it
+// calls handoff only when it ended a hold; cancel.lua, for the same ticket
+// cancelled directly, hands on at once). The shared ticket behind, long-
+// polling, is not granted until its own wait ends (or the dead ticket's
+// timer fires): here 8 s for a slot that was free at once. A non-fair shared
+// waiter in the same place is even answered 423 with the slot free.
+func TestReview2SessionEndDropsHeadTicketWithoutHandoff(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	s := e.newSession(map[string]any{"ttl_ms": 60000}, nil)
+	e.share("sh", map[string]any{"ttl_ms": 30000, "owner": "R"})
+	x := e.do(req{Method: "POST", Path: "/v1/locks/sh", Body: map[string]any{"session": s.Str("session"), "fair": true, "owner": "X"}})
+	wantStatus(t, x, http.StatusAccepted, "")
+	w := e.parkWaiter("sh", map[string]any{"fair": true, "shared": true, "wait_ms": 8000, "owner": "W"})
+	pollUntil(t, 5*time.Second, "W queued behind X", func() bool { return e.queueLen("sh") == 2 })
+
+	ended := time.Now()
+	wantStatus(t, e.do(req{Method: "DELETE", Path: s.Str("url")}), http.StatusOK, "")
+	got := awaitAnswer(t, w, 15*time.Second)
+	if got.r.Status != http.StatusCreated || got.at.Sub(ended) > 2*time.Second {
+		t.Errorf("shared ticket W behind the session's dropped ticket: %d after %v, want 201 at once (a shared slot is free)",
+			got.r.Status, got.at.Sub(ended).Round(time.Millisecond))
+	}
+}
