@@ -86,6 +86,10 @@ func TestReview2IdemSessionHoldLosesItsSession(t *testing.T) {
 		hangUp()
 		<-first
 		e.awaitWaiters(1)
+		members := e.Prefix + ":s:{" + sha256hex(s.Str("session")) + "}:h"
+		pollUntil(t, 5*time.Second, "the hung-up attempt's member forgotten (the retry shares it)", func() bool {
+			return e.Redis.SCard(context.Background(), members).Val() == 0
+		})
 		e.release(h)
 		got := awaitAnswer(t, retry, 5*time.Second).r
 		wantStatus(t, got, http.StatusCreated, "")
