@@ -451,7 +451,7 @@ func TestBadRoute(t *testing.T) {
 	ticket := "/v1/locks/queued/tickets/" + f.ticket
 	runBad(t, f.e, []badCase{
 		{name: "404/other version", give: req{Method: "GET", Path: "/v2/locks/held"}, want: notFound},
-		{name: "404/collection", give: req{Method: "GET", Path: "/v1/locks"}, want: notFound},
+		{name: "405/collection", give: req{Method: "PUT", Path: "/v1/locks", Body: map[string]any{}}, want: notAllowed("GET", "HEAD")},
 		{name: "404/collection slash", give: req{Method: "POST", Path: "/v1/locks/", Body: map[string]any{}}, want: notFound},
 		{name: "404/leases collection", give: req{Method: "GET", Path: "/v1/locks/held/leases"}, want: notFound},
 		{name: "404/unknown sub-resource", give: req{Method: "GET", Path: "/v1/locks/held/owner"}, want: notFound},
@@ -679,5 +679,26 @@ func TestRequestID(t *testing.T) {
 				t.Errorf("X-Request-Id %q, body %q: the id sent (%q) came back", id, got.Raw, give)
 			}
 		})
+	}
+}
+
+// A name sent percent-encoded (encodeURIComponent and Python's quote encode ':')
+// is the name it encodes; an encoded character names may not hold is still a 400.
+func TestPercentEncodedName(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	for _, tt := range []struct{ give, name string }{
+		{give: "invoices%3A2024-06", name: "invoices:2024-06"},
+		{give: "a%2Db", name: "a-b"},
+	} {
+		r := e.do(req{Method: "POST", Path: "/v1/locks/" + tt.give, Body: map[string]any{}})
+		wantStatus(t, r, http.StatusCreated, "")
+		if r.Str("name") != tt.name {
+			t.Errorf("POST /v1/locks/%s: name %q, want %q", tt.give, r.Str("name"), tt.name)
+		}
+		wantStatus(t, e.do(req{Method: "GET", Path: "/v1/locks/" + tt.give + "/leases/" + r.Str("lease")}), http.StatusOK, "")
+		wantStatus(t, e.do(req{Method: "DELETE", Path: r.Str("url")}), http.StatusOK, "")
+	}
+	for _, bad := range []string{"a%2Fb", "%2E%2E", "%2E", "a%20b"} {
+		wantStatus(t, e.do(req{Method: "POST", Path: "/v1/locks/" + bad, Body: map[string]any{}}), http.StatusBadRequest, "invalid-name")
 	}
 }

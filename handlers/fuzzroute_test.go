@@ -99,10 +99,10 @@ func (e *env) nameRoutes(sent string, exact bool) []string {
 	return served
 }
 
-// routedName is the {name} the router sees in hr as it goes on the wire (the
-// server parses the request URI as url.ParseRequestURI does, and chi routes on
-// the escaped path when it differs from the decoded one), and whether the request
-// has the shape /v1/locks/{name}+suffix at all.
+// routedName is the {name} the server takes from hr as it goes on the wire (it
+// parses the request URI as url.ParseRequestURI does; chi routes on the escaped
+// path when it differs from the decoded one, and the server then unescapes the
+// segment), and whether the request has the shape /v1/locks/{name}+suffix at all.
 func routedName(hr *http.Request, suffix string) (string, bool) {
 	u, err := url.ParseRequestURI(hr.URL.RequestURI())
 	if err != nil {
@@ -117,6 +117,13 @@ func routedName(hr *http.Request, suffix string) (string, bool) {
 	name, ok2 := strings.CutSuffix(rest, suffixPath)
 	if !ok || !ok2 || strings.Contains(name, "/") || u.RawQuery != suffixQuery {
 		return "", false
+	}
+	if u.RawPath != "" { // the server unescapes what chi routed on: %3A is ':'
+		unescaped, err := url.PathUnescape(name)
+		if err != nil {
+			return "%", true // no name at all: invalid
+		}
+		name = unescaped
 	}
 	return name, true
 }

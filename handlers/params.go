@@ -33,8 +33,19 @@ const DefaultBodyReadTimeout = 10 * time.Second
 // are dot-segments (RFC 3986, 5.2.4), which curl, browsers and most HTTP libraries
 // remove before sending a path, so the lease URLs of such a lock would reach
 // another resource and its holder could neither renew nor release it.
+//
+// chi routes on the escaped path, so the parameter may carry percent-encoded
+// characters (JavaScript's encodeURIComponent and Python's quote encode ':'):
+// it is unescaped first (RFC 3986, 2.3: an encoded unreserved character is that
+// character), and the rules apply to what it encodes.
 func lockName(r *http.Request) (string, error) {
 	name := chi.URLParam(r, "name")
+	if r.URL.RawPath != "" { // chi routed on the escaped path (Go keeps it only when it is not Path's own encoding)
+		var err error
+		if name, err = url.PathUnescape(name); err != nil {
+			return "", errInvalidName
+		}
+	}
 	if len(name) == 0 || len(name) > 200 || name == "." || name == ".." {
 		return "", errInvalidName
 	}

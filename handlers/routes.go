@@ -30,7 +30,7 @@ type Locker interface {
 	Cancel(ctx context.Context, t store.Ref) error
 	CreateSession(ctx context.Context, r store.SessionRequest) (store.Session, bool, error)
 	GetSession(ctx context.Context, ref store.Ref) (store.Session, error)
-	RenewSession(ctx context.Context, ref store.Ref, ttl time.Duration) (store.Session, error)
+	RenewSession(ctx context.Context, ref store.Ref, ttl time.Duration, visible func(name string) bool) (store.Session, error)
 	EndSession(ctx context.Context, ref store.Ref) (int, error)
 	List(ctx context.Context, r store.ListRequest) (store.ListPage, error)
 	Ready(ctx context.Context) error

@@ -5,6 +5,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/batonhq/baton/auth"
 	"github.com/batonhq/baton/store"
 )
 
@@ -126,7 +127,13 @@ func (s *server) renewSession() http.Handler {
 			s.fail(w, r, err)
 			return
 		}
-		sess, err := s.store.RenewSession(r.Context(), sessionRef(r), ttl)
+		// Holds on names the key may no longer lock (a reload took the grant away)
+		// are not renewed: they run out.
+		var visible func(string) bool
+		if p := principalOf(r); p != nil && !p.All() {
+			visible = func(name string) bool { return p.Can(auth.ActionLock, name) }
+		}
+		sess, err := s.store.RenewSession(r.Context(), sessionRef(r), ttl, visible)
 		if err != nil {
 			s.fail(w, r, err)
 			return

@@ -21,6 +21,9 @@
 --          lasts until the session's deadline, and ARGV 2 is not used
 --       15 not after: Redis ms after which this call must change nothing, or ''
 --       16 poll id: names the caller's wait on its ticket (mode 'fair')
+--       17 request nonce: the same for every attempt of one request, so that an
+--          attempt sent again after a broken connection is not taken for a replay
+--       18 the session's hash, 19 this hold's member there (with 14)
 -- Replies:
 --   {'granted', fence, count, pttl, at, owner, ttl, now, shared, limit}   new grant
 --   {'reentered', ...the same}                        count + 1, lease renewed
@@ -32,6 +35,7 @@
 --   {'ticket_granted', ...as granted}                 mode 'fair' retried after its ticket was granted
 --   {'abandoned'}                                     the request was abandoned (abandon.lua) before this ran
 --   {'replayed', ...as granted}                       the Idempotency-Key's hold, still held
+--                                                     (re-entry with a key: the hold it re-entered)
 --   {'replayed_ticket', ...as granted}                its ticket's hold, still held
 --   {'replayed_queued', ...as queued}                 its ticket, still queued
 --   {'idem_used'}                                     what the key made has ended
@@ -46,6 +50,16 @@ local lh, ttl, owner, mode, by = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4], A
 local shared, limit = ARGV[10] == '1', ARGV[11]
 local ik, body, remaining = ARGV[12], ARGV[13], tonumber(ARGV[14])
 local th, tlh, tkey = ARGV[5], ARGV[6], KEYS[4]
+local nonce = ARGV[17] or ''
+
+-- replayed is the code of an answer made from a record: 'replayed' unless the
+-- record is this very request's (an attempt sent again).
+local function replay_code(rec_nonce, code, fresh)
+  if nonce ~= '' and rec_nonce == nonce then
+    return fresh
+  end
+  return code
+end
 
 if mode == 'reenter' then
   prune_shared(now)
@@ -56,6 +70,20 @@ if mode == 'reenter' then
   if ARGV[10] ~= '' and shared ~= (kind == 's') then
     return {'mode_mismatch', kind}
   end
+  if ik ~= '' then -- a re-entry with an Idempotency-Key counts once
+    local rec = redis.call('HMGET', record_key(ik), 'b', 'k', 'h', 'n')
+    if rec[1] then
+      if rec[1] ~= body then
+        return {'idem_mismatch'}
+      end
+      if rec[2] == 'r' and rec[3] == lh then
+        return hold_reply(replay_code(rec[4], 'replayed', 'reentered'), now, kind, key)
+      end
+      return {'idem_used'}
+    end
+    redis.call('HSET', record_key(ik), 'b', body, 'k', 'r', 'h', lh, 'n', nonce)
+    redis.call('PEXPIRE', record_key(ik), math.max(redis.call('PTTL', key), ttl) + IDEMPOTENCY_GRACE_MS)
+  end
   redis.call('HINCRBY', key, 'count', 1)
   redis.call('HSET', key, 'ttl', ttl, 'tk', '')
   set_deadline(kind, key, lh, ttl, now)
@@ -63,7 +91,7 @@ if mode == 'reenter' then
 end
 
 if ik ~= '' then
-  local rec = redis.call('HMGET', record_key(ik), 'b', 'k')
+  local rec = redis.call('HMGET', record_key(ik), 'b', 'k', 'n')
   if rec[1] then
     if rec[1] ~= body then
       return {'idem_mismatch'}
@@ -71,17 +99,21 @@ if ik ~= '' then
     settle(now)
     local kind, key = find_hold(lh)
     if rec[2] == 'h' and kind then
-      return hold_reply('replayed', now, kind, key)
+      return hold_reply(replay_code(rec[3], 'replayed', 'granted'), now, kind, key)
     end
     if rec[2] == 't' then
       kind, key = find_hold(tlh)
       if kind then
-        return hold_reply('replayed_ticket', now, kind, key)
+        if redis.call('HGET', key, 'tk') == th then -- an unclaimed grant: the retry claims it
+          redis.call('HSET', key, 'tk', '')
+          set_deadline(kind, key, tlh, tonumber(redis.call('HGET', key, 'ttl')), now)
+        end
+        return hold_reply(replay_code(rec[3], 'replayed_ticket', 'ticket_granted'), now, kind, key)
       end
       if redis.call('EXISTS', tkey) == 1 then
         keep_ticket(tkey, now, tonumber(ARGV[8]), ARGV[16])
         local q = queued_reply(th, tkey, now)
-        q[1] = 'replayed_queued'
+        q[1] = replay_code(rec[3], 'replayed_queued', 'queued')
         return q
       end
     end
@@ -118,7 +150,7 @@ end
 -- ticket, under hash h), for as long as that lives plus the grace.
 local function record(k, h, life)
   if ik ~= '' then
-    redis.call('HSET', record_key(ik), 'b', body, 'k', k, 'h', h)
+    redis.call('HSET', record_key(ik), 'b', body, 'k', k, 'h', h, 'n', nonce)
     redis.call('PEXPIRE', record_key(ik), life + IDEMPOTENCY_GRACE_MS)
   end
 end
@@ -130,6 +162,14 @@ end
 if ok and not head_ticket() then
   record('h', lh, ttl)
   grant(shared, limit, lh, ttl, owner, by, now, next_fence(now, ttl), ttl, '', ik)
+  local hkey = (shared and (sprefix .. lh)) or lock
+  if sd ~= '' then
+    redis.call('HSET', hkey, 'sd', sd, 'ss', ARGV[18], 'sm', ARGV[19])
+  end
+  if ik ~= '' then
+    -- Duplicates of this request may wait elsewhere: they are answered with this hold.
+    redis.call('PUBLISH', channel, 'i:' .. lh)
+  end
   if shared then
     if shared_count() > 1 then
       redis.call('PUBLISH', channel, 'c') -- a held lock's holds changed: watchers look
@@ -152,7 +192,7 @@ if mode == 'fair' then
       sh = '1'
     end
     redis.call('HSET', tkey, 'lh', tlh, 'ttl', ttl, 'owner', owner, 'tt', ARGV[7], 'by', by, 'sh', sh, 'lim', limit,
-      'ik', ik, 'sd', sd)
+      'ik', ik, 'sd', sd, 'ss', ARGV[18] or '', 'sm', ARGV[19] or '')
     record('t', th, 0)
   end
   keep_ticket(tkey, now, tonumber(ARGV[8]), ARGV[16])

@@ -7,12 +7,16 @@
 --   {'forced', holds removed}
 local now = now_ms()
 prune_shared(now)
-local n = redis.call('DEL', lock)
-for _, lh in ipairs(redis.call('ZRANGE', shkey, 0, -1)) do
-  redis.call('DEL', sprefix .. lh)
+local n = 0
+local lh = redis.call('HGET', lock, 'lease')
+if lh then
+  end_hold('x', lock, lh, now)
+  n = 1
+end
+for _, h in ipairs(redis.call('ZRANGE', shkey, 0, -1)) do
+  end_hold('s', sprefix .. h, h, now)
   n = n + 1
 end
-redis.call('DEL', shkey, slkey)
 if n > 0 then
   handoff(now, true)
 else

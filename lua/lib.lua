@@ -13,8 +13,9 @@
 --   P:{N}:t:<ticket hash> ticket hash: lh (lease hash it will be granted under),
 --                         ttl, owner, tt (ticket ttl ms), p (poll deadline, ms),
 --                         by, sh ('1' shared), lim, ik (its idempotency record),
---                         sd (its session's deadline, Redis ms); its existence
---                         is its liveness
+--                         sd, ss, sm (its session's, as for holds), q:<poll id>
+--                         (each poll's deadline), p and pp (the latest of them);
+--                         its existence is its liveness
 --   P:{N}:x:<lease hash>  tombstone of an abandoned request (abandon.lua), kept
 --                         briefly so that its acquire, run late, grants nothing
 --   P:{N}:x:p:<poll id>   tombstone of a ticket poll undone (unpoll.lua), likewise
@@ -32,7 +33,9 @@
 -- fence, owner, ttl (ms of the last grant or renewal), at (grant time, ms), tk
 -- (ticket hash while a handoff is unclaimed), by (the principal that made it),
 -- lim (shared: the limit it was granted under), ik (the key hash of its
--- idempotency record, '' for none). A hold lives while Redis time <=
+-- idempotency record, '' for none), and for a hold of a session: sd (the
+-- session's deadline on this lock's Redis clock: no extension goes past it),
+-- ss (the session's hash) and sm (its member there). A hold lives while Redis time <=
 -- its deadline (PEXPIRE; for shared holds also the score in P:{N}:s): every
 -- script first drops shared holds whose deadline has passed (expiry runs no
 -- script), then decides.
@@ -174,6 +177,10 @@ end
 
 -- set_deadline makes a hold live ttl ms from now.
 local function set_deadline(kind, key, lh, ttl, now)
+  local sd = tonumber(redis.call('HGET', key, 'sd') or '')
+  if sd then -- a session's hold lasts as long as the session: no more, no less
+    ttl = math.max(sd - now, 1)
+  end
   redis.call('PEXPIRE', key, ttl)
   keep_record(redis.call('HGET', key, 'ik'), ttl)
   if kind == 's' then
@@ -267,7 +274,7 @@ local function handoff(now, announce)
       break
     end
     local tkey = tprefix .. th
-    local t = redis.call('HMGET', tkey, 'lh', 'ttl', 'owner', 'tt', 'p', 'by', 'sh', 'lim', 'ik', 'sd', 'pp')
+    local t = redis.call('HMGET', tkey, 'lh', 'ttl', 'owner', 'tt', 'p', 'by', 'sh', 'lim', 'ik', 'sd', 'pp', 'ss', 'sm')
     local shared, limit, ttl = t[7] == '1', t[8] or '0', tonumber(t[2])
     local sd = tonumber(t[10] or '')
     if sd then -- a session's ticket: its hold shares the session's deadline
@@ -287,7 +294,11 @@ local function handoff(now, announce)
       grant(shared, limit, t[1], ttl, t[3], t[6] or '', now, fence, window, tk, t[9])
       -- pc: the poll in flight this grant was made for, at its full ttl; only that
       -- poll's end may turn the grant back into an unclaimed one (unpoll.lua).
-      redis.call('HSET', (shared and (sprefix .. t[1])) or lock, 'pc', pc)
+      local hkey = (shared and (sprefix .. t[1])) or lock
+      redis.call('HSET', hkey, 'pc', pc)
+      if sd then
+        redis.call('HSET', hkey, 'sd', str(sd), 'ss', t[12] or '', 'sm', t[13] or '')
+      end
       redis.call('ZREM', queue, th)
       redis.call('DEL', tkey)
       local sh = '0'

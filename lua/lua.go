@@ -53,6 +53,10 @@ var (
 	sessionRenew string
 	//go:embed session_end.lua
 	sessionEnd string
+	//go:embed session_check.lua
+	sessionCheck string
+	//go:embed session_finish.lua
+	sessionFinish string
 )
 
 // Script sources, each with lib.lua prepended. Compose makes them runnable.
@@ -80,6 +84,8 @@ var (
 	SessionLeave  = sessionLib + sessionLeave
 	SessionRenew  = sessionLib + sessionRenew
 	SessionEnd    = sessionLib + sessionEnd
+	SessionCheck  = sessionLib + sessionCheck
+	SessionFinish = sessionLib + sessionFinish
 )
 
 // Settings are what lib.lua leaves to the loader, in milliseconds.

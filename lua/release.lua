@@ -7,7 +7,8 @@
 --       2 by: the principal releasing
 --       3 '1': release the whole count at once; '0': one hold
 -- Replies:
---   {'released', holds left, 1 if the hold ended else 0}
+--   {'released', holds left, 1 if the hold ended else 0, its session's hash and
+--    member there ('' for none: the gateway takes the member out of the session)}
 --   {'not_held'}
 local now = now_ms()
 prune_shared(now)
@@ -22,6 +23,7 @@ if ARGV[3] ~= '1' then
     return {'released', left, 0}
   end
 end
+local sess = redis.call('HMGET', key, 'ss', 'sm')
 end_hold(kind, key, lh, now)
 handoff(now, true)
-return {'released', 0, 1}
+return {'released', 0, 1, sess[1] or '', sess[2] or ''}

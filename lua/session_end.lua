@@ -1,6 +1,7 @@
--- session_end.lua: end a session and return its members, for the gateway to
--- release each hold and cancel each ticket. What is left of it is kept only so
--- that a retry of its creation (same Idempotency-Key) is told it has ended.
+-- session_end.lua: end a session (it takes no new holds from now on) and return
+-- its members, for the gateway to release each hold and cancel each ticket;
+-- session_finish.lua then drops what is left. A session already ended but not
+-- finished (a DELETE cut short) answers the same again.
 --
 -- KEYS: 1 session, 2 members (see session_lib.lua)
 -- ARGV: 1 by
@@ -8,16 +9,11 @@
 --   {'ended', ttl, 0, now, owner, members...}
 --   {'gone'}
 local now = now_ms()
-if not alive(now, ARGV[1]) then
+local s = redis.call('HMGET', sess, 'by', 'dl')
+if s[1] ~= ARGV[1] or (tonumber(s[2]) or 0) < now and s[2] ~= '0' then
   return {'gone'}
 end
+redis.call('HSET', sess, 'dl', '0')
 local out = session_reply('ended', now)
 out[3] = 0
-redis.call('HSET', sess, 'dl', '0')
-if grace() > 0 then
-  redis.call('PEXPIRE', sess, grace())
-else
-  redis.call('DEL', sess)
-end
-redis.call('DEL', members)
 return out

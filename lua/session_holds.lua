@@ -10,7 +10,7 @@
 -- Replies:
 --   {'holds', then per member: state, fence, count, shared 0/1}
 --   state: 'held' (under its own lease), 'held_ticket' (its ticket's grant),
---   'queued' (its ticket waits), 'gone'
+--   'queued' (its ticket waits), 'gone'; with op 'end', what was there before
 local now = now_ms()
 local op, by, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 settle(now)
@@ -28,24 +28,27 @@ for i = 4, #ARGV, 3 do
   end
   local tkey = tprefix .. th
   local queued = not hk and redis.call('EXISTS', tkey) == 1 and redis.call('HGET', tkey, 'by') == by
-  if op == 'end' then
+  local h = {'0', '0'}
+  if hk then
+    h = redis.call('HMGET', key, 'fence', 'count')
+  end
+  if op == 'end' then -- the reply still says what was there: what this ended
     if hk then
       end_hold(hk, key, hold, now)
       ended = true
     elseif queued then
       drop_ticket(th, tkey)
+      ended = true -- the queue moved: its new head may fit now
     end
-    hk, queued = nil, false
   elseif op == 'renew' then
     if hk then
-      redis.call('HSET', key, 'ttl', ttl, 'tk', '')
+      redis.call('HSET', key, 'ttl', ttl, 'tk', '', 'sd', str(now + ttl))
       set_deadline(hk, key, hold, ttl, now)
     elseif queued then
       redis.call('HSET', tkey, 'sd', str(now + ttl), 'ttl', ttl)
     end
   end
   if hk then
-    local h = redis.call('HMGET', key, 'fence', 'count')
     local sh = 0
     if hk == 's' then
       sh = 1
@@ -65,7 +68,7 @@ for i = 4, #ARGV, 3 do
     out[#out + 1] = 0
   end
 end
-if ended then
+if ended and redis.call('EXISTS', lock) == 0 then
   handoff(now, true)
 end
 return out

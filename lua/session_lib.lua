@@ -8,11 +8,15 @@
 --                       PEXPIRE = its deadline, plus IDEMPOTENCY_GRACE_MS when it
 --                       was made with an Idempotency-Key, so that a retry of its
 --                       creation after it ended is told so
---   KEYS[2]  P:s:{S}:h  its members: 'h:<nonce>:<lock name>' (a hold) and
---                       't:<nonce>:<lock name>' (a ticket); the lease or ticket id
---                       is derived from the session id and the nonce, so Redis
+--   KEYS[2]  P:s:{S}:h  its members, a hash: '<nonce>:<lock name>' -> the time
+--                       (Redis ms) until which the member is pending: its acquire
+--                       may still be waiting, so a member found without a hold is
+--                       forgotten only after that. The hold's (or its ticket's)
+--                       id is derived from the session id and the nonce, so Redis
 --                       never holds one. PEXPIRE = the session's deadline.
--- A session lives while Redis time <= dl.
+-- A session lives while Redis time <= dl; an ended one has dl 0 and keeps its
+-- members until its holds are released (session_finish.lua), so that a DELETE
+-- cut short can be sent again.
 local sess, members = KEYS[1], KEYS[2]
 
 local function str(n)
@@ -43,7 +47,7 @@ end
 local function session_reply(code, now)
   local s = redis.call('HMGET', sess, 'ttl', 'dl', 'owner')
   local out = {code, tonumber(s[1]), math.max(tonumber(s[2]) - now, 0), str(now), s[3]}
-  for _, m in ipairs(redis.call('SMEMBERS', members)) do
+  for _, m in ipairs(redis.call('HKEYS', members)) do
     out[#out + 1] = m
   end
   return out

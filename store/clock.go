@@ -53,6 +53,9 @@ func (s *Store) runClock() {
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			s.syncClock(ctx)
+			if s.secretKey.Load() != nil || len(s.opt.Secret) > 0 {
+				_ = s.syncSecret(ctx) // Redis may have restarted empty: give it the secret back
+			}
 			cancel()
 		}
 	}

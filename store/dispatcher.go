@@ -58,7 +58,7 @@ type grantMsg struct {
 type waiter struct {
 	kind   waiterKind
 	shared bool   // kindAcquire: it asks for a shared hold
-	th     string // ticket hash, for kindTicket
+	th     string // kindTicket: its ticket's hash; kindAcquire: its lease's hash
 	ch     *channel
 	signal chan struct{} // capacity 1: "look at your state"
 
@@ -551,6 +551,14 @@ func (d *dispatcher) dispatch(key, payload string) {
 		c.wakeOneAcquirer(false)
 		c.wakeOneAcquirer(true)
 	case payload == "c": // the holds changed: only watchers care
+	case strings.HasPrefix(payload, "i:"):
+		// An idempotent request was granted: its duplicates waiting here (the
+		// same lease hash) answer with its hold.
+		for _, w := range c.waiters {
+			if w.kind == kindAcquire && w.th == payload[2:] {
+				w.notify()
+			}
+		}
 	case strings.HasPrefix(payload, "w:"):
 		// A hold now ends sooner than announced (a shorter renewal, a grant
 		// turned back into an unclaimed one): look again then.

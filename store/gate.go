@@ -27,10 +27,11 @@ import (
 type Gate struct {
 	probe func() (redis.UniversalClient, error) // a fresh client to ping with
 
-	mu    sync.Mutex
-	down  bool
-	opens chan struct{} // closed when the gate opens again
-	stop  chan struct{}
+	mu     sync.Mutex
+	down   bool
+	onOpen []func()
+	opens  chan struct{} // closed when the gate opens again
+	stop   chan struct{}
 }
 
 // gateProbeEvery is how often a closed gate pings Redis.
@@ -83,7 +84,11 @@ func (g *Gate) probeUntilUp(opens chan struct{}) {
 			g.mu.Lock()
 			g.down = false
 			close(opens)
+			hooks := g.onOpen
 			g.mu.Unlock()
+			for _, f := range hooks {
+				go f()
+			}
 			return
 		}
 		select {
@@ -119,6 +124,16 @@ func (g *Gate) wait(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// OnOpen has f run (in a goroutine of its own) whenever the gate opens again.
+func (g *Gate) OnOpen(f func()) {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.onOpen = append(g.onOpen, f)
 }
 
 // Close stops the prober.

@@ -19,7 +19,7 @@ import (
 func (s *Store) Acquire(ctx context.Context, r AcquireRequest) (AcquireResult, error) {
 	if r.Lease != "" {
 		l, err := s.reenter(ctx, r)
-		return AcquireResult{Lease: l, Reentered: l != nil}, err
+		return AcquireResult{Lease: l, Reentered: l != nil, Replayed: l.Replayed()}, err
 	}
 	if ctx.Err() != nil { // nothing is created for a client already gone
 		return AcquireResult{}, clientGone("acquire", ctx)
@@ -29,9 +29,17 @@ func (s *Store) Acquire(ctx context.Context, r AcquireRequest) (AcquireResult, e
 		return AcquireResult{}, err
 	}
 	res, err := s.acquire1(ctx, r, ids)
-	if ids.member != "" && res.Lease == nil && res.Ticket == nil {
-		s.leaveSession(r, ids) // nothing was made: the session forgets the member
+	if ids.member != "" && (res.Lease != nil || res.Ticket != nil) && !s.sessionAlive(ctx, r) {
+		// The session ended (a DELETE) between the member joining and the grant:
+		// what was made for it must not outlive it.
+		u := ids.undo(r.Name)
+		u.keep = false
+		s.undo(u)
+		return AcquireResult{}, ErrSessionNotFound
 	}
+	// A member whose acquire made nothing is forgotten by the session's next
+	// renewal or look, once no longer pending: taking it out here could take out
+	// a retry's (the same Idempotency-Key makes the same member).
 	return res, err
 }
 
@@ -131,8 +139,12 @@ func (s *Store) acquireArgs(r AcquireRequest, ids requestIDs, lh, mode string, p
 	if ids.member != "" {
 		remaining = strconv.FormatInt(ms(ids.remaining-time.Since(ids.joined)), 10)
 	}
+	ss := ""
+	if ids.session != "" {
+		ss = hashID(ids.session)
+	}
 	return []any{lh, ms(r.TTL), r.Owner, mode, ids.th, ids.tlh, ms(s.opt.TicketTTL), ms(poll), r.By, shared,
-		strconv.Itoa(r.Limit), ids.ik, r.BodyHash, remaining, s.notAfter(), ids.pid}
+		strconv.Itoa(r.Limit), ids.ik, r.BodyHash, remaining, s.notAfter(), ids.pid, ids.nonce, ss, ids.member}
 }
 
 func (s *Store) reenter(ctx context.Context, r AcquireRequest) (*Lease, error) {
@@ -141,7 +153,11 @@ func (s *Store) reenter(ctx context.Context, r AcquireRequest) (*Lease, error) {
 		return nil, ErrLeaseNotHeld
 	}
 	keys := append(s.keys(r.Name), s.keys(r.Name)[0])
-	rep, err := s.runGrant(ctx, s.acquire, "reenter", keys, false, s.acquireArgs(r, requestIDs{}, hashID(r.Lease), "reenter", 0)...)
+	ids := requestIDs{nonce: newID()}
+	if r.IdemKey != "" {
+		ids.ik = recordHash(r.By, r.IdemKey)
+	}
+	rep, err := s.runGrant(ctx, s.acquire, "reenter", keys, false, s.acquireArgs(r, ids, hashID(r.Lease), "reenter", 0)...)
 	if err != nil {
 		s.count("error")
 		return nil, err
@@ -156,6 +172,15 @@ func (s *Store) reenter(ctx context.Context, r AcquireRequest) (*Lease, error) {
 	case "mode_mismatch":
 		s.count("mode_mismatch")
 		return nil, ErrModeMismatch
+	case "replayed":
+		s.count("replayed")
+		l := rep.lease(r.Name, r.Lease)
+		l.replayed = true
+		return l, nil
+	case "idem_used":
+		return nil, ErrIdempotencyUsed
+	case "idem_mismatch":
+		return nil, ErrIdempotencyMismatch
 	default:
 		return nil, unexpected("reenter", rep)
 	}
@@ -223,6 +248,9 @@ func (s *Store) release1(ctx context.Context, l Ref, all bool) (Release, error) 
 	}
 	switch rep.code {
 	case "released":
+		if ss := rep.str(2); ss != "" {
+			s.leaveSessionByHash(ss, rep.str(3)) // a session's hold released alone leaves the session
+		}
 		return Release{Name: l.Name, Count: int(rep.int(0)), Released: rep.int(1) == 1}, nil
 	case "not_held":
 		return Release{}, ErrLeaseNotHeld

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"crypto/sha256"
 	"encoding/base64"
 	"time"
@@ -21,6 +22,7 @@ type requestIDs struct {
 
 	member    string        // the session member ("<nonce>:<name>"); "" without a session
 	session   string        // the session id
+	nonce     string        // the same for every attempt of this request (acquire.lua ARGV 17)
 	remaining time.Duration // the session's remaining time when the member joined
 	joined    time.Time
 }
@@ -44,7 +46,13 @@ func (s *Store) requestIDs(ctx context.Context, r AcquireRequest) (requestIDs, e
 		}
 		ids.lease, ids.ticket = sessionLease(r.Session, nonce), sessionTicket(r.Session, nonce)
 		ids.member, ids.session = nonce+":"+r.Name, r.Session
-		remaining, err := s.joinSession(ctx, Ref{ID: r.Session, By: r.By}, ids.member)
+		// Pending while the acquire may run: its wait, and the worst a call takes.
+		remaining, err := s.joinSession(ctx, Ref{ID: r.Session, By: r.By}, ids.member, r.Wait+callBudget)
+		if errors.Is(err, ErrSessionNotFound) && ids.ik != "" && s.recordExists(ctx, r.Name, ids.ik) {
+			// A retry of a request that made a hold in a session since ended: what
+			// the key made has ended (409), not "no such session" (404).
+			return ids, ErrIdempotencyUsed
+		}
 		if err != nil {
 			return ids, err
 		}
@@ -56,6 +64,7 @@ func (s *Store) requestIDs(ctx context.Context, r AcquireRequest) (requestIDs, e
 	}
 	ids.lh, ids.th, ids.tlh = hashID(ids.lease), hashID(ids.ticket), hashID(ticketLease(ids.ticket))
 	ids.pid = newID()[:11]
+	ids.nonce = newID()
 	return ids, nil
 }
 
@@ -74,4 +83,10 @@ func (ids requestIDs) undo(name string) undo {
 func subID(base, use string) string {
 	sum := sha256.Sum256([]byte(use + ":" + base))
 	return base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+// recordExists reports whether the lock has an Idempotency-Key record ik.
+func (s *Store) recordExists(ctx context.Context, name, ik string) bool {
+	n, err := s.rdb.Exists(ctx, s.keys(name)[0]+":i:"+ik).Result()
+	return err == nil && n == 1
 }

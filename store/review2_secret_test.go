@@ -35,6 +35,11 @@ func TestReview2SecretDiffersBetweenReplicas(t *testing.T) {
 	}
 	retry, err := b.Acquire(ctx, r)
 	switch {
+	case errors.Is(err, store.ErrSecretMismatch):
+		// The replicas do not agree, and b says so rather than deriving other ids.
+		if rerr := b.Ready(ctx); !errors.Is(rerr, store.ErrSecretMismatch) {
+			t.Errorf("b's readiness with a secret other than a's: %v, want ErrSecretMismatch", rerr)
+		}
 	case errors.Is(err, store.ErrIdempotencyUsed):
 		t.Errorf("retry on the other replica, while the key's hold is held: ErrIdempotencyUsed (409 \"has ended\")")
 	case err != nil:

@@ -3,9 +3,12 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Sessions: many holds, one heartbeat. A session lives in its own slot
@@ -64,7 +67,7 @@ func (s *Store) CreateSession(ctx context.Context, r SessionRequest) (Session, b
 		}
 		id = derive(secret, "session", r.By, r.IdemKey)
 	}
-	rep, err := s.run(ctx, s.sessionCreate, "session create", s.sessionKeys(id), true, r.By, ms(r.TTL), r.Owner, r.BodyHash)
+	rep, err := s.run(ctx, s.sessionCreate, "session create", s.sessionKeys(id), true, r.By, ms(r.TTL), r.Owner, r.BodyHash, newID())
 	if err != nil {
 		return Session{}, false, err
 	}
@@ -104,9 +107,11 @@ func (s *Store) GetSession(ctx context.Context, ref Ref) (Session, error) {
 }
 
 // RenewSession extends a session and every hold in it to ttl (0: its last ttl);
-// a ticket of the session will be granted until the new deadline. Errors:
-// ErrSessionNotFound, ErrUnavailable.
-func (s *Store) RenewSession(ctx context.Context, ref Ref, ttl time.Duration) (Session, error) {
+// a ticket of the session will be granted until the new deadline. With visible
+// set, only the holds on names it allows are renewed (the others are left to run
+// out: their key's grant no longer covers them). Errors: ErrSessionNotFound,
+// ErrUnavailable.
+func (s *Store) RenewSession(ctx context.Context, ref Ref, ttl time.Duration, visible func(name string) bool) (Session, error) {
 	if !plausibleID(ref.ID) {
 		return Session{}, ErrSessionNotFound
 	}
@@ -118,41 +123,52 @@ func (s *Store) RenewSession(ctx context.Context, ref Ref, ttl time.Duration) (S
 		return Session{}, ErrSessionNotFound
 	}
 	sess := rep.session(ref.ID)
-	holds, err := s.sessionHoldsOp(ctx, ref, "renew", sess.TTL, rep.members())
+	members := rep.members()
+	if visible != nil {
+		members = slices.DeleteFunc(members, func(m string) bool {
+			_, name, _ := strings.Cut(m, ":")
+			return !visible(name)
+		})
+	}
+	holds, err := s.sessionHoldsOp(ctx, ref, "renew", sess.TTL, members)
 	sess.Locks = len(holds)
 	return sess, err
 }
 
 // EndSession ends a session: every hold in it is released whatever its count
 // (each lock handed to its queue) and its tickets are cancelled. It returns how
-// many holds it released. Errors: ErrSessionNotFound, ErrUnavailable.
+// many holds it released. A DELETE cut short (a 503) may be sent again: the
+// session stays ended, with its members, until its holds are released. Errors:
+// ErrSessionNotFound, ErrUnavailable.
 func (s *Store) EndSession(ctx context.Context, ref Ref) (int, error) {
 	if !plausibleID(ref.ID) {
 		return 0, ErrSessionNotFound
 	}
-	// Look first, to count what is held; the end below acts on what is there then.
-	rep, err := s.run(ctx, s.sessionEnd, "session end", s.sessionKeys(ref.ID), false, ref.By)
+	rep, err := s.run(ctx, s.sessionEnd, "session end", s.sessionKeys(ref.ID), true, ref.By)
 	if err != nil {
 		return 0, err
 	}
 	if rep.code != "ended" {
 		return 0, ErrSessionNotFound
 	}
-	held, err := s.sessionHoldsOp(ctx, ref, "look", 0, rep.members())
+	ended, err := s.sessionHoldsOp(ctx, ref, "end", 0, rep.members())
 	if err != nil {
 		return 0, err
 	}
-	_, err = s.sessionHoldsOp(ctx, ref, "end", 0, rep.members())
-	return len(held), err
+	if _, err := s.run(ctx, s.sessionFinish, "session finish", s.sessionKeys(ref.ID), true, ref.By); err != nil {
+		return 0, err
+	}
+	return len(ended), nil
 }
 
-// joinSession adds a member before its hold is asked for, and returns the
-// session's remaining time. Errors: ErrSessionNotFound, ErrUnavailable.
-func (s *Store) joinSession(ctx context.Context, ref Ref, member string) (time.Duration, error) {
+// joinSession adds a member before its hold is asked for, pending for at most
+// pending, and returns the session's remaining time. Errors:
+// ErrSessionNotFound, ErrUnavailable.
+func (s *Store) joinSession(ctx context.Context, ref Ref, member string, pending time.Duration) (time.Duration, error) {
 	if !plausibleID(ref.ID) {
 		return 0, ErrSessionNotFound
 	}
-	rep, err := s.run(ctx, s.sessionJoin, "session join", s.sessionKeys(ref.ID), true, ref.By, member)
+	rep, err := s.run(ctx, s.sessionJoin, "session join", s.sessionKeys(ref.ID), true, ref.By, member, ms(pending))
 	if err != nil {
 		return 0, err
 	}
@@ -162,12 +178,22 @@ func (s *Store) joinSession(ctx context.Context, ref Ref, member string) (time.D
 	return rep.ms(0), nil
 }
 
-// leaveSession forgets a member whose acquire made nothing; a failure only
-// leaves it for the next renewal or look to forget.
-func (s *Store) leaveSession(r AcquireRequest, ids requestIDs) {
+// sessionAlive reports whether the request's session still lives (true when
+// Redis cannot tell: the session's holds share its deadline anyway).
+func (s *Store) sessionAlive(ctx context.Context, r AcquireRequest) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	rep, err := s.run(ctx, s.sessionCheck, "session check", s.sessionKeys(r.Session), true, r.By)
+	return err != nil || rep.code == "alive"
+}
+
+// leaveSessionByHash takes a member out of the session with hash ss, for a hold
+// released alone; a failure leaves it for the next renewal or look to forget.
+func (s *Store) leaveSessionByHash(ss, member string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_, _ = s.run(ctx, s.sessionLeave, "session leave", s.sessionKeys(ids.session), true, ids.member)
+	k := s.opt.Prefix + ":s:{" + ss + "}"
+	_, _ = s.run(ctx, s.sessionLeave, "session leave", []string{k, k + ":h"}, true, "now", member)
 }
 
 // sessionMember is a parsed member: its nonce and lock name.
@@ -190,39 +216,64 @@ func (s *Store) sessionHoldsOp(ctx context.Context, ref Ref, op string, ttl time
 		byLock[name] = append(byLock[name], sessionMember{raw: m, nonce: nonce, name: name})
 	}
 	sort.Strings(names)
+	// One call per lock, all in one pipeline (split by node on a cluster).
+	cmds := make([]*redis.Cmd, len(names))
+	run := func(load bool) error {
+		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, name := range names {
+				args := []any{op, ref.By, max(ttl.Milliseconds(), 0)}
+				for _, m := range byLock[name] {
+					tid := sessionTicket(ref.ID, m.nonce)
+					args = append(args, hashID(sessionLease(ref.ID, m.nonce)), hashID(tid), hashID(ticketLease(tid)))
+				}
+				if load {
+					cmds[i] = s.sessionHolds.Eval(ctx, p, s.keys(name), args...)
+				} else {
+					cmds[i] = s.sessionHolds.EvalSha(ctx, p, s.keys(name), args...)
+				}
+			}
+			return nil
+		})
+		return err
+	}
+	if len(names) > 0 {
+		err := run(false)
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			err = run(true) // the script was not there (Redis restarted): nothing ran
+		}
+		if err != nil {
+			return nil, s.storeErr("session holds", err)
+		}
+	}
 	var holds []SessionHold
 	var gone []any
-	for _, name := range names {
-		ms := byLock[name]
-		args := []any{op, ref.By, max(ttl.Milliseconds(), 0)}
-		for _, m := range ms {
-			tid := sessionTicket(ref.ID, m.nonce)
-			args = append(args, hashID(sessionLease(ref.ID, m.nonce)), hashID(tid), hashID(ticketLease(tid)))
-		}
-		rep, err := s.runGrant(ctx, s.sessionHolds, "session holds", s.keys(name), op != "end", args...)
+	for i, name := range names {
+		v, err := cmds[i].Slice()
 		if err != nil {
-			return holds, err
+			return holds, s.storeErr("session holds", err)
 		}
-		if rep.code != "holds" {
-			return holds, unexpected("session holds", rep)
+		rep, err := decodeReply(v)
+		if err != nil || rep.code != "holds" {
+			return holds, fmt.Errorf("session holds: unexpected reply %q: %v", rep.code, err)
 		}
-		for i, m := range ms {
-			state := rep.str(4 * i)
+		for j, m := range byLock[name] {
+			state := rep.str(4 * j)
 			switch state {
 			case "held", "held_ticket":
 				lease := sessionLease(ref.ID, m.nonce)
 				if state == "held_ticket" {
 					lease = ticketLease(sessionTicket(ref.ID, m.nonce))
 				}
-				holds = append(holds, SessionHold{Name: name, Lease: lease, Fence: rep.int(4*i + 1),
-					Count: int(rep.int(4*i + 2)), Shared: rep.int(4*i+3) == 1})
+				holds = append(holds, SessionHold{Name: name, Lease: lease, Fence: rep.int(4*j + 1),
+					Count: int(rep.int(4*j + 2)), Shared: rep.int(4*j+3) == 1})
 			case "gone":
 				gone = append(gone, m.raw)
 			}
 		}
 	}
 	if len(gone) > 0 && op != "end" {
-		if _, err := s.run(ctx, s.sessionLeave, "session leave", s.sessionKeys(ref.ID), true, gone...); err != nil {
+		args := append([]any{"pruned"}, gone...)
+		if _, err := s.run(ctx, s.sessionLeave, "session leave", s.sessionKeys(ref.ID), true, args...); err != nil {
 			return holds, fmt.Errorf("session: forget gone holds: %w", err)
 		}
 	}

@@ -75,8 +75,10 @@ type Store struct {
 	acquire, renew, release, force, state, poll, cancel, poke, abandon, unpoll *redis.Script
 
 	sessionHolds, sessionCreate, sessionGet, sessionJoin, sessionLeave, sessionRenew, sessionEnd *redis.Script
+	sessionCheck, sessionFinish                                                                  *redis.Script
 
 	secretKey atomic.Pointer[[]byte] // see secret.go
+	secretErr atomic.Pointer[error]  // ErrSecretMismatch, once found
 	clock     redisClock             // see clock.go
 
 	clean *cleaner
@@ -269,12 +271,21 @@ func New(rdb redis.UniversalClient, opt Options) *Store {
 		sessionLeave:  script(lua.SessionLeave),
 		sessionRenew:  script(lua.SessionRenew),
 		sessionEnd:    script(lua.SessionEnd),
+		sessionCheck:  script(lua.SessionCheck),
+		sessionFinish: script(lua.SessionFinish),
 		clean:         newCleaner(),
 		shutdown:      make(chan struct{}),
 	}
 	s.disp = newDispatcher(rdb, s.pokeLock, opt.Logger, s.m)
 	go s.runCleaner()
 	go s.runClock()
+	opt.Gate.OnOpen(func() { // Redis is back, perhaps empty: give it the secret back
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if s.secretKey.Load() != nil {
+			_ = s.syncSecret(ctx)
+		}
+	})
 	return s
 }
 
@@ -305,6 +316,9 @@ func (s *Store) Ready(ctx context.Context) error {
 	if !s.clock.known.Load() {
 		s.syncClock(ctx)
 	}
+	if err := s.syncSecret(ctx); err != nil {
+		return err
+	}
 	for i, ok := range loaded {
 		if !ok {
 			if err := all[i].Load(ctx, s.rdb).Err(); err != nil {
@@ -317,7 +331,8 @@ func (s *Store) Ready(ctx context.Context) error {
 
 func (s *Store) scripts() []*redis.Script {
 	return []*redis.Script{s.acquire, s.renew, s.release, s.force, s.state, s.poll, s.cancel, s.poke, s.abandon, s.unpoll,
-		s.sessionHolds, s.sessionCreate, s.sessionGet, s.sessionJoin, s.sessionLeave, s.sessionRenew, s.sessionEnd}
+		s.sessionHolds, s.sessionCreate, s.sessionGet, s.sessionJoin, s.sessionLeave, s.sessionRenew, s.sessionEnd,
+		s.sessionCheck, s.sessionFinish}
 }
 
 // Shutdown ends every long-poll now with its normal "still waiting" answer, and

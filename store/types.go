@@ -14,7 +14,12 @@ type Lease struct {
 	AcquiredAt time.Time
 	Shared     bool
 	Limit      int // a shared hold's limit; 0 for none
+
+	replayed bool // a re-entry with an Idempotency-Key answered again
 }
+
+// Replayed reports a re-entry answered again for its Idempotency-Key.
+func (l *Lease) Replayed() bool { return l != nil && l.replayed }
 
 // Ticket is a place in a lock's fair queue.
 type Ticket struct {

@@ -21,18 +21,18 @@ func (s *Store) waitLock(ctx context.Context, r AcquireRequest, ids requestIDs, 
 		return AcquireResult{}, err
 	}
 	defer s.releaseWaiter()
-	w := s.disp.add(r.Name, s.channel(r.Name), kindAcquire, "", r.Shared)
+	w := s.disp.add(r.Name, s.channel(r.Name), kindAcquire, ids.lh, r.Shared)
 	forward := false
 	defer func() { s.disp.remove(w, forward) }()
 
 	deadline := time.NewTimer(r.Wait)
 	defer deadline.Stop()
+	last := false // the wait is over: one last look, so the answer is today's
 	for {
 		select {
 		case <-w.signal:
 		case <-deadline.C:
-			s.count("held")
-			return AcquireResult{}, held
+			last = true
 		case <-s.shutdown:
 			s.count("held")
 			return AcquireResult{}, held
@@ -53,6 +53,10 @@ func (s *Store) waitLock(ctx context.Context, r AcquireRequest, ids requestIDs, 
 		switch rep.code {
 		case "busy":
 			held = rep.held()
+			if last {
+				s.count("held")
+				return AcquireResult{}, held
+			}
 			s.disp.observe(w, held.wake)
 			continue
 		case "granted":
@@ -189,11 +193,12 @@ type ticketWait struct {
 
 // undoTicket undoes what a ticket wait may have left when its answer does not
 // reach the client: a fair acquire's ticket and grant are dropped (the client
-// never saw the ticket); a poll's grant is kept for the ticket's next poll.
-// uncertain says a call of the wait had no definite answer, so a tombstone must
-// stop it should it run later.
+// never saw the ticket); a poll's grant is kept for the ticket's next poll, and
+// so is an idempotent fair acquire's (its client gets it by retrying with its
+// key). uncertain says a call of the wait had no definite answer, so a
+// tombstone must stop it should it run later.
 func (s *Store) undoTicket(t ticketWait, uncertain bool) {
-	if t.own != "" {
+	if t.own != "" && !t.keep {
 		s.undo(undo{name: t.name, lh: t.own, th: t.th, tlh: t.tlh, tomb: uncertain, keep: t.keep})
 		return
 	}
