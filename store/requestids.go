@@ -2,9 +2,9 @@ package store
 
 import (
 	"context"
-	"errors"
 	"crypto/sha256"
 	"encoding/base64"
+	"errors"
 	"time"
 )
 
