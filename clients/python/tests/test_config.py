@@ -162,6 +162,23 @@ def test_typed_and_packaged() -> None:
     assert "py.typed" in meta["tool"]["setuptools"]["package-data"]["baton"]
 
 
+def test_builds_a_wheel_with_py_typed(tmp_path: Path) -> None:
+    pytest.importorskip("setuptools")
+    pytest.importorskip("wheel")
+    import shutil
+    import zipfile
+
+    project = tmp_path / "project"
+    shutil.copytree(ROOT, project, ignore=shutil.ignore_patterns("tests", "*.go", "__pycache__", ".*"))
+    script = "from setuptools import build_meta as b; print(b.build_wheel(%r))" % str(tmp_path / "dist")
+    out = subprocess.run([sys.executable, "-c", script], cwd=project, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    wheel = tmp_path / "dist" / out.stdout.strip().splitlines()[-1]
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "baton/py.typed" in names and "baton/_client.py" in names
+    assert not any(n.startswith("tests/") for n in names)
+
+
 def _python39():
     candidates = ["python3.9"] + sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.9*/bin/python3.9")))
     for exe in candidates:
