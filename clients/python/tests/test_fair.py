@@ -66,11 +66,12 @@ def test_a_long_poll_cut_by_a_proxy_timeout_is_polled_again(
 ) -> None:
     holder = via_proxy.acquire(name, ttl=10.0)
     tickets = "/v1/locks/%s/tickets/" % name
-    proxy.timeout(ms=250, path=tickets)  # like nginx's proxy_read_timeout, but short
+    proxy.timeout(ms=300, path=tickets, n=2)  # like nginx's proxy_read_timeout, but short
     got: List[Any] = []
     t = threading.Thread(target=lambda: got.append(via_proxy.acquire(name, wait=10.0, fair=True)))
     t.start()
-    wait_until(lambda: proxy.count(tickets) >= 4, 5.0, "the ticket to be polled through three 504s")
+    # Two polls answered 504, then shorter polls that the proxy lets through.
+    wait_until(lambda: proxy.count(tickets) >= 4, 5.0, "the ticket to be polled again")
     assert waiters(via_proxy, name) == 1
     holder.release()
     t.join(10.0)
@@ -78,6 +79,22 @@ def test_a_long_poll_cut_by_a_proxy_timeout_is_polled_again(
     assert isinstance(lease, Lease) and lease.fence > holder.fence
     assert via_proxy.state(name)["fence"] == lease.fence
     lease.release()
+
+
+def test_polls_shrink_below_a_proxys_timeout(
+    via_proxy: Client, proxy: Proxy, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("DEBUG", logger="baton")
+    holder = via_proxy.acquire(name, ttl=10.0)
+    tickets = "/v1/locks/%s/tickets/" % name
+    proxy.timeout(ms=300, path=tickets)  # every poll longer than 0.3 s is cut
+    with pytest.raises(LockHeld):
+        via_proxy.acquire(name, wait=2.0, fair=True)
+    cuts = caplog.text.count("a proxy cut a ticket poll")
+    assert 1 <= cuts <= 3, caplog.text  # a cut, then polls of 0.24 s (less if one more is cut)
+    assert proxy.count(tickets) >= 1 + cuts + 3
+    assert waiters(via_proxy, name) == 0
+    holder.release()
 
 
 def test_a_fair_request_granted_at_once(client: Client, name: str) -> None:

@@ -305,12 +305,13 @@ class Client:
         """Polls a fair-queue ticket until granted; deletes it when giving up."""
         path = "%s/tickets/%s" % (lock_path(name), quote(str(ticket["ticket"]), safe=""))
         failures = 0
+        longest = LONG_POLL
         try:
             while True:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
-                piece = min(left, LONG_POLL)
+                piece = min(left, longest)
                 since = time.monotonic()
                 try:
                     ans = self._call(
@@ -318,8 +319,16 @@ class Client:
                         timeout=piece + self.timeout, retries=0,
                     )
                 except Unavailable as exc:
-                    # The poll's answer was lost (a proxy timed it out, the server
-                    # restarts): the ticket lives on for ticket_ttl_ms, poll again.
+                    # The poll's answer was lost: the ticket lives on for
+                    # ticket_ttl_ms after its last poll, so poll again.
+                    took = time.monotonic() - since
+                    if exc.status in (502, 504) and took >= 0.1:
+                        # A proxy in front gave up on the poll after `took`: the
+                        # server is there; poll again at once, and for less.
+                        longest = max(0.1, min(longest, took * 0.8))
+                        failures = 0
+                        log.debug("baton: a proxy cut a ticket poll for %r after %.2fs", name, took)
+                        continue
                     failures += 1
                     delay = max(backoff(failures), exc.retry_after or 0.0)
                     log.debug("baton: ticket poll for %r failed (%s); polling again", name, exc.kind)
