@@ -19,6 +19,7 @@ tools-test:
 	@scripts/need.sh redis-server redis-server
 	@scripts/need.sh redis-sentinel redis-sentinel
 	@scripts/need.sh curl curl
+	@scripts/need.sh pytest-3 python3-pytest
 
 test: deps tools-test lint
 	$(GO) test -race -count=1 -timeout 15m ./...
