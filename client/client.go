@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -30,6 +31,9 @@ type Client struct {
 	key      string // the API key; never logged, never in an error
 	keySet   bool   // WithAPIKey was given, so BATON_API_KEY is not read
 	retryMax time.Duration
+
+	mu       sync.Mutex
+	sessions map[string]*Session // the live sessions NewSession made, by id
 }
 
 // Option configures a Client.
