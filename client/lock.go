@@ -94,12 +94,13 @@ func (o LockOptions) waitLeft() func() time.Duration {
 
 // obtain takes the lock without the queue: one request, or one per waitChunk
 // of a longer wait, each with an Idempotency-Key of its own (a request that got
-// 423 made nothing).
+// 423 made nothing), and each retried with its key when its answer is lost.
 func (c *Client) obtain(ctx context.Context, name string, o LockOptions) (*Lease, error) {
 	left := o.waitLeft()
 	ao := o.acquireOptions()
 	for {
 		ao.Wait = max(0, min(left(), waitChunk))
+		ao.IdempotencyKey = NewIdempotencyKey()
 		res, err := c.Acquire(ctx, name, ao)
 		if err == nil {
 			if res.Lease == nil {
@@ -119,7 +120,9 @@ func (c *Client) obtain(ctx context.Context, name string, o LockOptions) (*Lease
 // only ever cuts a poll, which is simply made again.
 func (c *Client) obtainFair(ctx context.Context, name string, o LockOptions) (*Lease, error) {
 	left := o.waitLeft()
-	res, err := c.Acquire(ctx, name, o.acquireOptions())
+	ao := o.acquireOptions()
+	ao.IdempotencyKey = NewIdempotencyKey()
+	res, err := c.Acquire(ctx, name, ao)
 	if err != nil {
 		return nil, err
 	}

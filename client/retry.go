@@ -56,8 +56,9 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// newIdempotencyKey is a fresh Idempotency-Key: 128 random bits, base64url.
-func newIdempotencyKey() string {
+// NewIdempotencyKey returns a fresh Idempotency-Key: 128 random bits,
+// base64url. Lock and NewSession make one for every request they send.
+func NewIdempotencyKey() string {
 	var b [16]byte
 	_, _ = crand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
 	return base64.RawURLEncoding.EncodeToString(b[:])

@@ -29,13 +29,17 @@ type Session struct {
 
 // NewSession makes a session and renews it in the background at a third of
 // its ttl, until Close or until it is lost (Session.Lost). ctx bounds the
-// making only. Errors: those of CreateSession.
+// making only. The request carries an Idempotency-Key (o's, or a fresh one)
+// and a lost answer is retried with it. Errors: those of CreateSession.
 //
 // A renewal that answers 404 loses the session and every hold in it; one that
 // fails for a passing reason is retried while the session lasts, as a Hold's
 // is. After each renewal the session checks that its holds are all still in it
 // (one of them may have been taken by force) and marks the missing ones lost.
 func (c *Client) NewSession(ctx context.Context, o SessionOptions) (*Session, error) {
+	if o.IdempotencyKey == "" {
+		o.IdempotencyKey = NewIdempotencyKey()
+	}
 	info, err := c.CreateSession(ctx, o)
 	if err != nil {
 		return nil, err

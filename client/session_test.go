@@ -157,7 +157,7 @@ func TestSessionEndpoints(t *testing.T) {
 	wantProblem(t, err, client.ErrIdempotencyKeyMismatch, 422)
 
 	res, err := c.Acquire(ctx, "client:ep", client.AcquireOptions{Session: info.ID, Shared: true, Limit: 3, IdempotencyKey: "k2"})
-	if err != nil || !res.Lease.Shared || res.Lease.Limit != 3 || res.IdempotencyKey != "k2" || res.Replayed {
+	if err != nil || !res.Lease.Shared || res.Lease.Limit != 3 || res.Replayed {
 		t.Fatalf("acquire in session %+v, %v", res, err)
 	}
 	replay, err := c.Acquire(ctx, "client:ep", client.AcquireOptions{Session: info.ID, Shared: true, Limit: 3, IdempotencyKey: "k2"})

@@ -16,8 +16,9 @@ import (
 type SessionOptions struct {
 	TTL   time.Duration // the session's ttl, shared by its holds; 0 means the server default
 	Owner string        // a label, at most 128 characters
-	// IdempotencyKey is sent as the Idempotency-Key header; empty sends a fresh
-	// random one.
+	// IdempotencyKey, when not empty, is sent as the Idempotency-Key header and
+	// makes CreateSession retry a lost answer with it (NewSession always sends
+	// one).
 	IdempotencyKey string
 }
 
@@ -80,10 +81,10 @@ func decodeSession(body []byte) (*SessionInfo, error) {
 
 func sessionPath(id string) string { return "/v1/sessions/" + url.PathEscape(id) }
 
-// CreateSession makes a session, once: nothing renews it (NewSession does).
-// Holds taken with its id (AcquireOptions.Session) last as long as it does.
-// The request carries an Idempotency-Key and is retried like Acquire's, so a
-// lost answer never leaves a second session behind. Errors: a *Problem
+// CreateSession makes a session that nothing renews (NewSession makes one and
+// renews it). Holds taken with its id (AcquireOptions.Session) last as long as
+// it does. With o.IdempotencyKey, a lost answer is retried as Acquire's is, so
+// it never leaves a second session behind. Errors: a *Problem
 // matching ErrInvalid, ErrUnauthorized, ErrForbidden, ErrRateLimited,
 // ErrIdempotencyKeyUsed, ErrIdempotencyKeyMismatch or ErrUnavailable;
 // ErrUnexpectedResponse; or a transport error.
@@ -95,12 +96,9 @@ func (c *Client) CreateSession(ctx context.Context, o SessionOptions) (*SessionI
 	if err != nil {
 		return nil, fmt.Errorf("create session: %w", err)
 	}
-	key := o.IdempotencyKey
-	if key == "" {
-		key = newIdempotencyKey()
-	}
 	var s *SessionInfo
-	err = c.do(ctx, request{method: http.MethodPost, target: "/v1/sessions", body: body, idemKey: key, retry: true,
+	err = c.do(ctx, request{method: http.MethodPost, target: "/v1/sessions", body: body,
+		idemKey: o.IdempotencyKey, retry: o.IdempotencyKey != "",
 		decode: func(status int, _ http.Header, b []byte) (err error) {
 			if status != http.StatusCreated {
 				return unexpected(status)

@@ -23,8 +23,8 @@ func TestRenewalRidesOut503(t *testing.T) {
 	r.Proxy.Status(http.StatusServiceUnavailable, 2, leasePath(h))
 	r.stillHeld("client:503", h.Fence(), ttl+500*time.Millisecond)
 	notLost(t, h)
-	if n := r.count(leasePath(h)); n < 4 {
-		t.Fatalf("%d requests on the lease, want two refused renewals and more", n)
+	if n := r.count(leasePath(h)); n < 3 {
+		t.Fatalf("%d requests on the lease, want two refused renewals and a good one", n)
 	}
 }
 
@@ -268,5 +268,35 @@ func TestFairGiveUpLeavesQueue(t *testing.T) {
 	}
 	if st := r.state("client:giveup"); st.Waiters != 0 {
 		t.Fatalf("state %+v, want the ticket gone", st)
+	}
+}
+
+// Acquire sends one request unless given an Idempotency-Key: without one, a
+// retry could take a second hold.
+func TestAcquireRetriesOnlyWithAKey(t *testing.T) {
+	r := startRig(t)
+	rec := &recorder{}
+	c := client.New(r.Proxy.URL, client.WithAPIKey(r.Keys.Full), client.WithHTTPClient(&http.Client{Transport: rec}))
+	r.Proxy.Cut(1, "/v1/locks/client:raw")
+	if _, err := c.Acquire(r.ctx(), "client:raw", client.AcquireOptions{}); err == nil {
+		t.Fatal("a cut answer without a key: no error")
+	}
+	if ps := rec.posts(); len(ps) != 1 || ps[0].idemKey != "" {
+		t.Fatalf("posts %+v, want one, without a key", ps)
+	}
+	if st := r.state("client:raw"); st.Holders != 1 {
+		t.Fatalf("state %+v: the cut request took the lock", st)
+	}
+	key := client.NewIdempotencyKey()
+	r.Proxy.Cut(1, "/v1/locks/client:raw2")
+	res, err := c.Acquire(r.ctx(), "client:raw2", client.AcquireOptions{IdempotencyKey: key})
+	if err != nil || !res.Replayed {
+		t.Fatalf("with a key: %+v, %v; want the replayed lease", res, err)
+	}
+	if ps := rec.posts(); len(ps) != 3 || ps[1].idemKey != key || ps[2].idemKey != key {
+		t.Fatalf("posts %+v", ps)
+	}
+	if st := r.state("client:raw2"); st.Holders != 1 || st.Fence != res.Lease.Fence {
+		t.Fatalf("state %+v", st)
 	}
 }

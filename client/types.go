@@ -73,8 +73,7 @@ type AcquireResult struct {
 	Reentered bool    // Lease is an existing lease re-entered, with its fence unchanged
 	Ticket    *Ticket // not granted within the wait and Fair was set (202): queued
 
-	IdempotencyKey string // the Idempotency-Key the request was sent with
-	Replayed       bool   // the server answered with what an earlier request with that key made
+	Replayed bool // the server answered with what an earlier request with the same Idempotency-Key made
 }
 
 // PollResult is the outcome of Poll: exactly one of Lease and Ticket is set.
