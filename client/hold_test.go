@@ -188,6 +188,10 @@ func TestLockWaits(t *testing.T) {
 		t.Fatalf("gave up after %v, want 300ms", took)
 	}
 
+	if _, err := r.C.Lock(r.ctx(), "client:wait", client.LockOptions{Wait: -time.Second, Fair: true}); !errors.Is(err, client.ErrInvalid) {
+		t.Fatalf("a negative wait: %v, want ErrInvalid", err)
+	}
+
 	got := make(chan *client.Hold, 1)
 	go func() {
 		h, err := r.C.Lock(r.ctx(), "client:wait", client.LockOptions{Wait: 10 * time.Second})

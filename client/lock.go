@@ -60,6 +60,9 @@ func (c *Client) Lock(ctx context.Context, name string, o LockOptions) (*Hold, e
 }
 
 func (c *Client) lock(ctx context.Context, name string, o LockOptions, sess *Session) (*Hold, error) {
+	if o.Wait < 0 {
+		return nil, fmt.Errorf("lock %q: %w: Wait %v is negative (0 does not wait, WaitForever waits until ctx is done)", name, ErrInvalid, o.Wait)
+	}
 	if sess != nil {
 		if err := sess.usable(); err != nil {
 			return nil, fmt.Errorf("lock %q: %w", name, err)
