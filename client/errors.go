@@ -10,26 +10,56 @@ import (
 	"time"
 )
 
-// Sentinel errors. A *Problem from the server matches one of the first six
-// through errors.Is; ErrUnexpectedResponse marks answers that break the contract.
+// Sentinel errors. A *Problem from the server matches the one of its kind
+// through errors.Is; ErrUnexpectedResponse marks answers that break the
+// contract; ErrLost and ErrReleased come from a Hold or a Session.
 var (
-	// ErrLockHeld is a 423 lock-held: someone else holds the lock and the wait elapsed.
+	// ErrLockHeld is a 423 lock-held: someone else holds the lock and the wait
+	// elapsed. Lock also returns it, without a *Problem, when a fair wait ran out
+	// in the queue.
 	ErrLockHeld = errors.New("lock held")
 	// ErrLeaseNotHeld is a 404 lease-not-held: the lease expired, was released or
 	// forced, or never existed.
 	ErrLeaseNotHeld = errors.New("lease not held")
 	// ErrTicketGone is a 410 ticket-gone: the ticket expired, was cancelled or is unknown.
 	ErrTicketGone = errors.New("ticket gone")
-	// ErrTooManyWaiters is a 429 too-many-waiters: the server holds its maximum of long-polls.
+	// ErrTooManyWaiters is a 429 too-many-waiters: the server (or the API key)
+	// holds its maximum of long-polls.
 	ErrTooManyWaiters = errors.New("too many waiters")
+	// ErrRateLimited is a 429 rate-limited: the API key is over its rate.
+	ErrRateLimited = errors.New("rate limited")
 	// ErrUnavailable is a 503 store-unavailable: Redis is unreachable or the
 	// server is shutting down.
 	ErrUnavailable = errors.New("store unavailable")
 	// ErrInvalid is a 400, invalid-request or invalid-name: the request itself is wrong.
 	ErrInvalid = errors.New("invalid request")
+	// ErrUnauthorized is a 401 unauthorized: no API key, or one the server does
+	// not know (see WithAPIKey and BATON_API_KEY).
+	ErrUnauthorized = errors.New("unauthorized")
+	// ErrForbidden is a 403 forbidden: the API key may not do this on this lock.
+	ErrForbidden = errors.New("forbidden")
+	// ErrSessionNotFound is a 404 session-not-found: the session expired, was
+	// ended, or never existed.
+	ErrSessionNotFound = errors.New("session not found")
+	// ErrLimitMismatch is a 409 limit-mismatch: the lock's shared holds have
+	// another limit (the *Problem's Limit).
+	ErrLimitMismatch = errors.New("limit mismatch")
+	// ErrIdempotencyKeyUsed is a 409 idempotency-key-used: what the first request
+	// with this Idempotency-Key made has ended.
+	ErrIdempotencyKeyUsed = errors.New("idempotency key used")
+	// ErrIdempotencyKeyMismatch is a 422 idempotency-key-mismatch: the key was
+	// used with another body.
+	ErrIdempotencyKeyMismatch = errors.New("idempotency key mismatch")
 	// ErrUnexpectedResponse is a success status the endpoint never answers with,
 	// or a body that is not the JSON the contract describes.
 	ErrUnexpectedResponse = errors.New("unexpected response")
+
+	// ErrLost is a hold (or session) that ended without Unlock (or Close): its
+	// lease was found not held, a renewal was refused, or renewals kept failing
+	// until the lease ran out. The error wraps the cause too.
+	ErrLost = errors.New("lock lost")
+	// ErrReleased is a second Unlock of a Hold, or a call on a Session after Close.
+	ErrReleased = errors.New("already released")
 )
 
 // Problem is an RFC 9457 problem the server answered with (any status of 400 or
@@ -48,6 +78,9 @@ type Problem struct {
 	TTL     time.Duration
 	Owner   string
 	Waiters int
+
+	// On 409 limit-mismatch: the lock's limit; 0 when its shared holds have none.
+	Limit int
 
 	RetryAfter time.Duration // the Retry-After header (423, 429, 503); 0 if absent
 	RequestID  string        // the X-Request-Id header, for finding the request in the server's log
@@ -80,6 +113,20 @@ func (p *Problem) Is(target error) bool {
 		return p.match(http.StatusGone, "ticket-gone")
 	case ErrTooManyWaiters:
 		return p.match(http.StatusTooManyRequests, "too-many-waiters")
+	case ErrRateLimited:
+		return p.typed("rate-limited")
+	case ErrUnauthorized:
+		return p.match(http.StatusUnauthorized, "unauthorized")
+	case ErrForbidden:
+		return p.match(http.StatusForbidden, "forbidden")
+	case ErrSessionNotFound:
+		return p.typed("session-not-found")
+	case ErrLimitMismatch:
+		return p.typed("limit-mismatch")
+	case ErrIdempotencyKeyUsed:
+		return p.typed("idempotency-key-used")
+	case ErrIdempotencyKeyMismatch:
+		return p.typed("idempotency-key-mismatch")
 	case ErrUnavailable:
 		return p.match(http.StatusServiceUnavailable, "store-unavailable")
 	case ErrInvalid:
@@ -88,10 +135,17 @@ func (p *Problem) Is(target error) bool {
 	return false
 }
 
+// match matches by kind, or by status when the problem has no type.
 func (p *Problem) match(status int, kinds ...string) bool {
 	if p.Type == "" || p.Type == "about:blank" {
 		return p.Status == status
 	}
+	return p.typed(kinds...)
+}
+
+// typed matches by kind only: kinds that share a status with another (404,
+// 409, 429) cannot be told apart by status.
+func (p *Problem) typed(kinds ...string) bool {
 	for _, k := range kinds {
 		if strings.HasSuffix(p.Type, "/problems/"+k) {
 			return true
@@ -109,6 +163,7 @@ type problemJSON struct {
 	TTLms   int64             `json:"ttl_ms"`
 	Owner   string            `json:"owner"`
 	Waiters int               `json:"waiters"`
+	Limit   *int              `json:"limit"`
 }
 
 // newProblem builds the *Problem of an error response. A body that is not a JSON
@@ -124,6 +179,9 @@ func newProblem(resp *http.Response, body []byte) *Problem {
 	if (mt == "application/json" || strings.HasSuffix(mt, "+json")) && json.Unmarshal(body, &pj) == nil {
 		p.Type, p.Title, p.Detail, p.Errors = pj.Type, pj.Title, pj.Detail, pj.Errors
 		p.TTL, p.Owner, p.Waiters = time.Duration(pj.TTLms)*time.Millisecond, pj.Owner, pj.Waiters
+		if pj.Limit != nil {
+			p.Limit = *pj.Limit
+		}
 	}
 	if p.Title == "" {
 		p.Title = http.StatusText(p.Status)

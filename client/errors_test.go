@@ -13,7 +13,9 @@ import (
 
 func TestProblemIs(t *testing.T) {
 	sentinels := []error{client.ErrLockHeld, client.ErrLeaseNotHeld, client.ErrTicketGone,
-		client.ErrTooManyWaiters, client.ErrUnavailable, client.ErrInvalid}
+		client.ErrTooManyWaiters, client.ErrUnavailable, client.ErrInvalid, client.ErrRateLimited,
+		client.ErrUnauthorized, client.ErrForbidden, client.ErrSessionNotFound, client.ErrLimitMismatch,
+		client.ErrIdempotencyKeyUsed, client.ErrIdempotencyKeyMismatch}
 	tests := []struct {
 		name string
 		give client.Problem
@@ -26,6 +28,16 @@ func TestProblemIs(t *testing.T) {
 		{"store-unavailable", client.Problem{Type: "/problems/store-unavailable", Status: 503}, client.ErrUnavailable},
 		{"invalid-request", client.Problem{Type: "/problems/invalid-request", Status: 400}, client.ErrInvalid},
 		{"invalid-name", client.Problem{Type: "/problems/invalid-name", Status: 400}, client.ErrInvalid},
+		{"rate-limited", client.Problem{Type: "/problems/rate-limited", Status: 429}, client.ErrRateLimited},
+		{"unauthorized", client.Problem{Type: "/problems/unauthorized", Status: 401}, client.ErrUnauthorized},
+		{"forbidden", client.Problem{Type: "/problems/forbidden", Status: 403}, client.ErrForbidden},
+		{"session-not-found", client.Problem{Type: "/problems/session-not-found", Status: 404}, client.ErrSessionNotFound},
+		{"limit-mismatch", client.Problem{Type: "/problems/limit-mismatch", Status: 409}, client.ErrLimitMismatch},
+		{"idempotency-key-used", client.Problem{Type: "/problems/idempotency-key-used", Status: 409}, client.ErrIdempotencyKeyUsed},
+		{"idempotency-key-mismatch", client.Problem{Type: "/problems/idempotency-key-mismatch", Status: 422}, client.ErrIdempotencyKeyMismatch},
+		{"bare 401", client.Problem{Status: 401}, client.ErrUnauthorized},
+		{"bare 403", client.Problem{Status: 403}, client.ErrForbidden},
+		{"bare 409: no kind", client.Problem{Status: 409}, nil},
 		{"absolute type", client.Problem{Type: "https://baton.example/problems/lock-held", Status: 423}, client.ErrLockHeld},
 		{"the type decides", client.Problem{Type: "/problems/not-found", Status: 404}, nil},
 		{"body-too-large", client.Problem{Type: "/problems/body-too-large", Status: 413}, nil},

@@ -44,3 +44,51 @@ func Example() {
 	// held by billing-worker-3
 	// released: true
 }
+
+func ExampleClient_Lock() {
+	ctx := context.Background()
+	c := client.New(baseURL) // "": BATON_URL, else http://localhost:8080; the key: BATON_API_KEY
+
+	h, err := c.Lock(ctx, "reports", client.LockOptions{TTL: 30 * time.Second, Wait: 10 * time.Second, Owner: "worker-3"})
+	if err != nil {
+		fmt.Println(err) // errors.Is(err, client.ErrLockHeld): not granted within Wait
+		return
+	}
+	defer h.Unlock(ctx) // renewed every 10 s until then
+
+	select {
+	case <-h.Lost():
+		fmt.Println("lost:", h.Err()) // stop touching what the lock protects
+	default:
+		fmt.Println("holding, fence > 0:", h.Fence() > 0)
+	}
+	// Output:
+	// holding, fence > 0: true
+}
+
+func ExampleClient_NewSession() {
+	ctx := context.Background()
+	c := client.New(baseURL)
+
+	s, err := c.NewSession(ctx, client.SessionOptions{TTL: 30 * time.Second})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer s.Close(ctx) // releases every hold of the session
+
+	for _, name := range []string{"invoice:1", "invoice:2"} {
+		if _, err := s.Lock(ctx, name, client.LockOptions{Wait: 5 * time.Second}); err != nil {
+			fmt.Println(err)
+			return
+		}
+	}
+	info, err := c.GetSession(ctx, s.ID())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("holds in the session:", info.Locks)
+	// Output:
+	// holds in the session: 2
+}

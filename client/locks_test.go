@@ -53,13 +53,17 @@ func TestWaitGrantedAfterRelease(t *testing.T) {
 func TestStateAndWatch(t *testing.T) {
 	e := newEnv(t)
 	st, err := e.C.State(e.ctx(), "watched")
-	if err != nil || *st != (client.LockState{Name: "watched"}) {
+	if err != nil || st.Name != "watched" || st.Held || st.Mode != "free" || st.Holders != 0 || len(st.Holds) != 0 ||
+		st.Fence != 0 || st.Owner != "" || st.TTL != 0 || !st.ExpiresAt.IsZero() || st.Limit != 0 ||
+		!strings.HasPrefix(string(st.Raw), `{"name":"watched"`) {
 		t.Fatalf("free state %+v, %v", st, err)
 	}
 	l := e.acquire("watched", client.AcquireOptions{TTL: 20 * time.Second, Owner: "w"})
 	st, err = e.C.State(e.ctx(), "watched")
 	if err != nil || !st.Held || st.Owner != "w" || st.Count != 1 || st.Fence != l.Fence ||
-		st.TTL <= 19*time.Second || st.ExpiresAt.IsZero() || st.Waiters != 0 {
+		st.TTL <= 19*time.Second || st.ExpiresAt.IsZero() || st.Waiters != 0 || st.Mode != "exclusive" ||
+		st.Holders != 1 || len(st.Holds) != 1 || st.Holds[0].Owner != "w" || st.Holds[0].Fence != l.Fence ||
+		st.Holds[0].Shared || st.Holds[0].Count != 1 || st.Holds[0].TTL <= 19*time.Second {
 		t.Fatalf("held state %+v, %v", st, err)
 	}
 

@@ -17,6 +17,8 @@ type Lease struct {
 	ExpiresAt  time.Time     // when the lease runs out; informational
 	Owner      string        // the owner label given at acquisition
 	AcquiredAt time.Time     // when the lease was granted
+	Shared     bool          // a shared hold (read lock, semaphore permit)
+	Limit      int           // a shared hold's limit; 0 for none (and on an exclusive hold)
 }
 
 // Ticket is a place in a lock's fair queue. Poll it within TicketTTL, again
@@ -29,7 +31,9 @@ type Ticket struct {
 	TicketTTL time.Duration // how long the ticket lives without a poll
 }
 
-// LockState is a lock's public state; it never holds a lease id.
+// LockState is a lock's public state; it never holds a lease id. With several
+// (shared) holds, Fence is the highest fence among them, Owner and Count those
+// of that hold, and TTL and ExpiresAt the longest remaining.
 type LockState struct {
 	Name      string
 	Held      bool
@@ -39,6 +43,21 @@ type LockState struct {
 	TTL       time.Duration // the holder's remaining time; 0 when not held
 	ExpiresAt time.Time     // when the holder's lease runs out; zero when not held
 	Waiters   int           // live tickets in the fair queue
+	Mode      string        // "free", "exclusive" or "shared"
+	Holders   int           // the number of holds
+	Limit     int           // the shared holds' limit; 0 for none
+	Holds     []HoldInfo    // the holds (at most 100), soonest to end first
+	Raw       []byte        // the body as the server sent it
+}
+
+// HoldInfo is one hold as a lock's state shows it, without its lease id.
+type HoldInfo struct {
+	Owner     string
+	Fence     int64
+	Count     int
+	TTL       time.Duration
+	ExpiresAt time.Time
+	Shared    bool
 }
 
 // Released is the outcome of releasing one hold.
@@ -53,6 +72,8 @@ type AcquireResult struct {
 	Lease     *Lease  // granted (201) or re-entered (200)
 	Reentered bool    // Lease is an existing lease re-entered, with its fence unchanged
 	Ticket    *Ticket // not granted within the wait and Fair was set (202): queued
+
+	Replayed bool // the server answered with what an earlier request with the same Idempotency-Key made
 }
 
 // PollResult is the outcome of Poll: exactly one of Lease and Ticket is set.
@@ -74,6 +95,8 @@ type leaseJSON struct {
 	ExpiresAt  time.Time `json:"expires_at"`
 	Owner      string    `json:"owner"`
 	AcquiredAt time.Time `json:"acquired_at"`
+	Shared     bool      `json:"shared"`
+	Limit      *int      `json:"limit"`
 }
 
 type ticketJSON struct {
@@ -93,6 +116,17 @@ type stateJSON struct {
 	TTLms     int64     `json:"ttl_ms"`
 	ExpiresAt time.Time `json:"expires_at"`
 	Waiters   int       `json:"waiters"`
+	Mode      string    `json:"mode"`
+	Holders   int       `json:"holders"`
+	Limit     *int      `json:"limit"`
+	Holds     []struct {
+		Owner     string    `json:"owner"`
+		Fence     int64     `json:"fence"`
+		Count     int       `json:"count"`
+		TTLms     int64     `json:"ttl_ms"`
+		ExpiresAt time.Time `json:"expires_at"`
+		Shared    bool      `json:"shared"`
+	} `json:"holds"`
 }
 
 type releasedJSON struct {
@@ -110,7 +144,7 @@ func decodeLease(body []byte) (*Lease, error) {
 		return nil, err
 	}
 	return &Lease{Name: v.Name, ID: v.Lease, URL: v.URL, Fence: v.Fence, Count: v.Count, TTL: ms(v.TTLms),
-		ExpiresAt: v.ExpiresAt, Owner: v.Owner, AcquiredAt: v.AcquiredAt}, nil
+		ExpiresAt: v.ExpiresAt, Owner: v.Owner, AcquiredAt: v.AcquiredAt, Shared: v.Shared, Limit: deref(v.Limit)}, nil
 }
 
 // decodeTicket reads a Ticket body; a malformed one is ErrUnexpectedResponse.
@@ -128,8 +162,24 @@ func decodeState(body []byte) (*LockState, error) {
 	if err := unmarshal(body, &v); err != nil {
 		return nil, err
 	}
-	return &LockState{Name: v.Name, Held: v.Held, Owner: v.Owner, Count: v.Count, Fence: v.Fence,
-		TTL: ms(v.TTLms), ExpiresAt: v.ExpiresAt, Waiters: v.Waiters}, nil
+	st := &LockState{Name: v.Name, Held: v.Held, Owner: v.Owner, Count: v.Count, Fence: v.Fence,
+		TTL: ms(v.TTLms), ExpiresAt: v.ExpiresAt, Waiters: v.Waiters, Mode: v.Mode, Holders: v.Holders,
+		Limit: deref(v.Limit), Raw: append([]byte(nil), body...)}
+	if len(v.Holds) > 0 {
+		st.Holds = make([]HoldInfo, len(v.Holds))
+		for i, h := range v.Holds {
+			st.Holds[i] = HoldInfo{Owner: h.Owner, Fence: h.Fence, Count: h.Count, TTL: ms(h.TTLms),
+				ExpiresAt: h.ExpiresAt, Shared: h.Shared}
+		}
+	}
+	return st, nil
+}
+
+func deref(p *int) int {
+	if p == nil {
+		return 0
+	}
+	return *p
 }
 
 func unmarshal(body []byte, v any) error {

@@ -125,7 +125,7 @@ func TestUsageErrors(t *testing.T) {
 		wantCode int
 		wantErr  string // in stderr
 	}{
-		{nil, 2, "usage: baton COMMAND"},
+		{nil, 2, "usage: baton [--url URL] [--key KEY] COMMAND"},
 		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
 		{[]string{"keygen"}, 2, "give exactly one NAME"},
 		{[]string{"keygen", "a", "b"}, 2, "give exactly one NAME"},
