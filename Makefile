@@ -14,12 +14,18 @@ deps:
 	$(GO) mod download
 
 # The tests start real redis-servers (and a redis-sentinel); the README
-# quickstart test runs curl.
+# quickstart test runs curl; the PHP client's tests run PHPUnit on php with
+# ext-curl and Symfony Lock (neither has a command: clients/php/tools/need-php.sh).
 tools-test:
 	@scripts/need.sh redis-server redis-server
 	@scripts/need.sh redis-sentinel redis-sentinel
+	@scripts/need.sh redis-cli redis-tools
 	@scripts/need.sh curl curl
 	@scripts/need.sh pytest-3 python3-pytest
+	@scripts/need.sh php php-cli
+	@scripts/need.sh phpunit phpunit
+	@clients/php/tools/need-php.sh 'extension_loaded("curl")' php-curl
+	@clients/php/tools/need-php.sh 'is_file("/usr/share/php/Symfony/Component/Lock/LockFactory.php")' php-symfony-lock
 
 test: deps tools-test lint
 	$(GO) test -race -count=1 -timeout 15m ./...
