@@ -168,11 +168,11 @@ if ok and not head_ticket() then
   end
   if ik ~= '' then
     -- Duplicates of this request may wait elsewhere: they are answered with this hold.
-    redis.call('PUBLISH', channel, 'i:' .. lh)
+    redis.call(PUBLISH, channel, 'i:' .. lh)
   end
   if shared then
     if shared_count() > 1 then
-      redis.call('PUBLISH', channel, 'c') -- a held lock's holds changed: watchers look
+      redis.call(PUBLISH, channel, 'c') -- a held lock's holds changed: watchers look
     end
     return hold_reply('granted', now, 's', sprefix .. lh)
   end

@@ -43,9 +43,11 @@
 -- Numbers above 2^31 (fences, times) travel as strings: Lua numbers are doubles and
 -- tostring would print them in exponent form.
 --
--- FENCE_GUARD_MS and IDEMPOTENCY_GRACE_MS are not defined here: the loader
--- (lua.Compose) puts them on the lines before this file, from store.Options
--- (BATON_FENCE_GUARD, BATON_IDEMPOTENCY_GRACE).
+-- PUBLISH, FENCE_GUARD_MS and IDEMPOTENCY_GRACE_MS are not defined here: the
+-- loader (lua.Compose) puts them on the lines before this file, from
+-- store.Options (BATON_FENCE_GUARD, BATON_IDEMPOTENCY_GRACE) and the kind of
+-- Redis: PUBLISH is 'SPUBLISH' on a Redis Cluster, where the lock's channel
+-- shares its slot ({name}) and a sharded message stays on that shard.
 
 local lock, fencekey, queue = KEYS[1], KEYS[2], KEYS[3]
 local channel = lock .. ':ev'
@@ -305,7 +307,7 @@ local function handoff(now, announce)
       if shared then
         sh = '1'
       end
-      redis.call('PUBLISH', channel, 'g:' .. th .. ':' .. str(fence) .. ':' .. str(now) .. ':' .. str(window) ..
+      redis.call(PUBLISH, channel, 'g:' .. th .. ':' .. str(fence) .. ':' .. str(now) .. ':' .. str(window) ..
         ':' .. claimed .. ':' .. sh .. ':' .. limit .. ':' .. t[3])
       granted = granted + 1
     else
@@ -314,13 +316,13 @@ local function handoff(now, announce)
   end
   if granted == 0 and announce then
     if redis.call('EXISTS', queue) == 0 then
-      redis.call('PUBLISH', channel, 'r')
+      redis.call(PUBLISH, channel, 'r')
     else
-      redis.call('PUBLISH', channel, 'c')
+      redis.call(PUBLISH, channel, 'c')
     end
   elseif granted > 0 and redis.call('EXISTS', queue) == 0 and redis.call('EXISTS', lock) == 0 then
     -- A run of shared grants emptied the queue: non-fair shared waiters may fit too.
-    redis.call('PUBLISH', channel, 'r')
+    redis.call(PUBLISH, channel, 'r')
   end
   if granted == 0 and redis.call('EXISTS', queue) == 0 and redis.call('EXISTS', lock) == 0 and shared_count() == 0 then
     -- Nothing holds or waits: the fence key need only last FENCE_GUARD_MS after

@@ -88,10 +88,14 @@ var (
 	SessionFinish = sessionLib + sessionFinish
 )
 
-// Settings are what lib.lua leaves to the loader, in milliseconds.
+// Settings are what lib.lua leaves to the loader (durations in milliseconds).
 type Settings struct {
 	FenceGuardMs       int64 // how long a lock's fence key outlives its last grant (BATON_FENCE_GUARD)
 	IdempotencyGraceMs int64 // how long an Idempotency-Key is remembered after what it made ended
+	// Sharded makes the scripts announce with SPUBLISH (Redis Cluster's sharded
+	// pub/sub, whose messages stay on the shard of the lock's slot) instead of
+	// PUBLISH, which a cluster sends to every node.
+	Sharded bool
 }
 
 // Defaults are the settings of a store with default Options.
@@ -100,6 +104,11 @@ var Defaults = Settings{FenceGuardMs: 3600000, IdempotencyGraceMs: 60000}
 // Compose returns a script source ready to load: src with the settings lib.lua
 // leaves to the loader defined ahead of it.
 func Compose(src string, set Settings) string {
-	return "local FENCE_GUARD_MS = " + strconv.FormatInt(set.FenceGuardMs, 10) + "\n" +
+	publish := "PUBLISH"
+	if set.Sharded {
+		publish = "SPUBLISH"
+	}
+	return "local PUBLISH = '" + publish + "'\n" +
+		"local FENCE_GUARD_MS = " + strconv.FormatInt(set.FenceGuardMs, 10) + "\n" +
 		"local IDEMPOTENCY_GRACE_MS = " + strconv.FormatInt(set.IdempotencyGraceMs, 10) + "\n" + src
 }

@@ -23,6 +23,6 @@ redis.call('HSET', key, 'ttl', ttl, 'tk', '')
 set_deadline(kind, key, lh, tonumber(ttl), now)
 if tonumber(ttl) < before then
   -- The hold now ends sooner than waiters were told: their timers look again.
-  redis.call('PUBLISH', channel, 'w:' .. ttl)
+  redis.call(PUBLISH, channel, 'w:' .. ttl)
 end
 return hold_reply('renewed', now, kind, key)

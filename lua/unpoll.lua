@@ -53,6 +53,6 @@ if redis.call('PTTL', key) > tt then
     fit_shared_keys(now)
   end
   -- The hold now ends sooner than waiters were told: their timers look again.
-  redis.call('PUBLISH', channel, 'w:' .. str(tt))
+  redis.call(PUBLISH, channel, 'w:' .. str(tt))
 end
 return {'unclaimed'}

@@ -22,6 +22,7 @@ type Metrics struct {
 	Handoff          prometheus.Histogram
 	RedisErrors      prometheus.Counter
 	PubSubReconnects prometheus.Counter
+	PubSubConns      prometheus.Gauge
 	WaitUnacked      prometheus.Counter
 	AuthReloadErrors prometheus.Counter
 	Undos            *prometheus.CounterVec // what
@@ -63,6 +64,10 @@ func New() *Metrics {
 			Name: "baton_pubsub_resubscribes_total",
 			Help: "Times the pub/sub connection was re-established and its waiters re-checked.",
 		}),
+		PubSubConns: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "baton_pubsub_connections",
+			Help: "Pub/sub connections this process keeps: one on one Redis (or Sentinel), one per master on a Redis Cluster.",
+		}),
 		WaitUnacked: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "baton_wait_unacked_total",
 			Help: "Grants (and renewals, releases, forces) that fewer replicas than BATON_WAIT_REPLICAS acknowledged within BATON_WAIT_TIMEOUT. Each still stood.",
@@ -81,7 +86,7 @@ func New() *Metrics {
 		Help: "Requests whose body did not arrive within the body read timeout (answered 408, connection closed).",
 	})
 	m.Registry.MustRegister(m.Requests, m.Duration, m.Acquires, m.Waiters, m.Handoff,
-		m.RedisErrors, m.PubSubReconnects, m.WaitUnacked, m.AuthReloadErrors, m.Undos, m.BodyReadTimeouts,
+		m.RedisErrors, m.PubSubReconnects, m.PubSubConns, m.WaitUnacked, m.AuthReloadErrors, m.Undos, m.BodyReadTimeouts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
