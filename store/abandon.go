@@ -62,7 +62,7 @@ func (s *Store) undo(u undo) {
 		return
 	}
 	u.since = time.Now()
-	u.until = s.notAfter() // no earlier than the deadline of any call the request made
+	u.until = s.notAfter(s.lockKey(u.name)) // no earlier than the deadline of any call the request made
 	c := s.clean
 	c.mu.Lock()
 	if len(c.pending) >= maxUndos {
@@ -139,16 +139,17 @@ func (s *Store) runUndo(ctx context.Context, u undo) error {
 		if u.tomb {
 			until = cmp.Or(u.until, "0")
 		}
-		v, err = s.unpoll.Run(ctx, s.rdb, keys, u.th, u.tlh, ms(s.opt.TicketTTL), u.pid, u.by, until).Slice()
+		v, err = s.unpoll.Run(ctx, s.scr, keys, u.th, u.tlh, ms(s.opt.TicketTTL), u.pid, u.by, until).Slice()
 	} else {
 		tomb := int64(0)
 		if u.tomb {
 			tomb = ms(tombstoneTTL)
 		}
-		v, err = s.abandon.Run(ctx, s.rdb, keys, u.lh, u.th, u.tlh, tomb, u.until).Slice()
+		v, err = s.abandon.Run(ctx, s.scr, keys, u.lh, u.th, u.tlh, tomb, u.until).Slice()
 	}
 	if err != nil {
 		s.m.RedisErrors.Inc()
+		s.clusterErr(err)
 		return err
 	}
 	rep, err := decodeReply(v)

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // The store estimates the Redis server's clock, to give every call that can
@@ -13,7 +15,9 @@ import (
 // much later (a TCP segment retransmitted after a partition heals), after its
 // undo (abandon.lua) and its tombstone are long gone. The estimate is the
 // offset between TIME and this process's clock, sampled at Ready and every
-// clockEvery, and again at once when a call came back expired.
+// clockEvery, and again at once when a call came back expired. On a Redis
+// Cluster every master has a clock of its own, sampled apart: a call's
+// deadline is on the clock of the master of its lock's slot.
 
 // callBudget is how long after it is sent a call may still run: the store's
 // worst call (both attempts) and a margin for the clock estimate.
@@ -27,16 +31,60 @@ type redisClock struct {
 	known  atomic.Bool
 }
 
-// syncClock samples the offset with TIME.
+// syncClock samples the offset with TIME (of every master, on a cluster).
 func (s *Store) syncClock(ctx context.Context) {
+	if s.topo == nil {
+		sampleClock(ctx, s.rdb, &s.clock)
+		return
+	}
+	for _, addr := range s.topo.masters() {
+		v, _ := s.clocks.LoadOrStore(addr, &redisClock{})
+		sampleClock(ctx, s.topo.node(addr), v.(*redisClock))
+	}
+}
+
+func sampleClock(ctx context.Context, c redis.Cmdable, clk *redisClock) {
 	t0 := time.Now()
-	tm, err := s.rdb.Time(ctx).Result()
+	tm, err := c.Time(ctx).Result()
 	if err != nil {
 		return
 	}
 	mid := t0.Add(time.Since(t0) / 2)
-	s.clock.offset.Store(tm.UnixMilli() - mid.UnixMilli())
-	s.clock.known.Store(true)
+	clk.offset.Store(tm.UnixMilli() - mid.UnixMilli())
+	clk.known.Store(true)
+}
+
+// clockOf is the clock of the Redis that holds key: nil while it has no
+// estimate.
+func (s *Store) clockOf(key string) *redisClock {
+	clk := &s.clock
+	if s.topo != nil {
+		v, ok := s.clocks.Load(s.topo.master(key))
+		if !ok {
+			return nil
+		}
+		clk = v.(*redisClock)
+	}
+	if !clk.known.Load() {
+		return nil
+	}
+	return clk
+}
+
+// clockKnown reports whether there is an estimate (of every master, on a
+// cluster whose slot map is loaded).
+func (s *Store) clockKnown() bool {
+	if s.topo == nil {
+		return s.clock.known.Load()
+	}
+	masters := s.topo.masters()
+	for _, addr := range masters {
+		v, ok := s.clocks.Load(addr)
+		if !ok || !v.(*redisClock).known.Load() {
+			return false
+		}
+	}
+	return len(masters) > 0
 }
 
 // runClock samples the offset until the store closes.
@@ -61,30 +109,25 @@ func (s *Store) runClock() {
 	}
 }
 
-// redisNow is the estimated Redis time, and whether there is an estimate.
-func (s *Store) redisNow() (time.Time, bool) {
-	if !s.clock.known.Load() {
-		return time.Time{}, false
-	}
-	return time.Now().Add(time.Duration(s.clock.offset.Load()) * time.Millisecond), true
-}
-
-// notAfter is the "not after" argument of a call sent now: the estimated Redis
-// time plus callBudget, or "" while there is no estimate.
-func (s *Store) notAfter() string {
-	now, ok := s.redisNow()
-	if !ok {
+// notAfter is the "not after" argument of a call sent now on the lock key:
+// the estimated time of its Redis plus callBudget, or "" while there is no
+// estimate.
+func (s *Store) notAfter(key string) string {
+	clk := s.clockOf(key)
+	if clk == nil {
 		return ""
 	}
+	now := time.Now().Add(time.Duration(clk.offset.Load()) * time.Millisecond)
 	return strconv.FormatInt(now.Add(callBudget).UnixMilli(), 10)
 }
 
-// handoffLatency is how long ago, by this process's clock, the grant g was made
-// on Redis's: the grant time moved to this clock by the offset, or, while there
-// is no estimate, the time since its message arrived.
-func (s *Store) handoffLatency(g *grantMsg) time.Duration {
-	if !s.clock.known.Load() {
+// handoffLatency is how long ago, by this process's clock, the grant g on the
+// lock key was made on its Redis's: the grant time moved to this clock by the
+// offset, or, while there is no estimate, the time since its message arrived.
+func (s *Store) handoffLatency(key string, g *grantMsg) time.Duration {
+	clk := s.clockOf(key)
+	if clk == nil {
 		return time.Since(g.recv)
 	}
-	return max(time.Since(g.at.Add(-time.Duration(s.clock.offset.Load())*time.Millisecond)), 0)
+	return max(time.Since(g.at.Add(-time.Duration(clk.offset.Load())*time.Millisecond)), 0)
 }

@@ -14,7 +14,9 @@ import (
 	"github.com/batonhq/baton/metrics"
 )
 
-// The dispatcher owns the process's one pub/sub connection. Subscriptions are
+// The dispatcher owns the process's pub/sub connections (links): one on a single
+// Redis or behind Sentinel; on a Redis Cluster one per master, each lock's
+// channel a sharded one (SSUBSCRIBE) on the master of its slot. Subscriptions are
 // reference-counted per lock channel: the first local waiter of a lock subscribes,
 // the last one out unsubscribes. A waiter's first check happens only once Redis
 // has processed its channel's SUBSCRIBE, so no release can fall between the two.
@@ -34,6 +36,16 @@ import (
 // after a drop, go-redis resubscribes and every waiter of each channel re-checks.
 // A connection that is silently dead (no error, no reply: the peer gone without a
 // FIN) is found by a ping that gets no pong, and replaced (renew).
+//
+// On a cluster a link is never left to go-redis's reconnect, which would send
+// all its channels in one SSUBSCRIBE (refused: CROSSSLOT): after any error the
+// link gets a fresh connection and every channel of it is routed and subscribed
+// again, one by one (renew). A channel moves to another link when the slot map
+// says its slot moved (topology, reroute), when an SSUBSCRIBE is answered MOVED
+// (moved), and when the server unsubscribes it because its slot left the node
+// (unsubscribed); its waiters re-check once the new subscription is confirmed,
+// as after a reconnect. Messages published while a slot migrates, on the node
+// the subscription is not on, are lost; that re-check covers them.
 
 type waiterKind int
 
@@ -72,8 +84,9 @@ type channel struct {
 	name     string // lock name
 	key      string // channel name
 	waiters  []*waiter
+	link     *link  // the connection it is subscribed on
 	ready    bool   // Redis has processed the channel's latest SUBSCRIBE
-	subSeq   uint64 // the op sequence number of that SUBSCRIBE
+	subSeq   uint64 // the op sequence number of that SUBSCRIBE, on link
 	timer    *time.Timer
 	deadline time.Time
 }
@@ -96,56 +109,129 @@ type barrier struct {
 
 type dispatcher struct {
 	rdb  redis.UniversalClient
-	ps   *redis.PubSub // guarded by mu: renew replaces it
+	topo *topology // nil: one Redis (or Sentinel), one link
 	poke func(ctx context.Context, name string) (held bool, pttl time.Duration, err error)
 	log  zerolog.Logger
 	m    *metrics.Metrics
 
-	mu       sync.Mutex
-	chans    map[string]*channel
-	ops      []subOp // subscription changes waiting for the writer, in order
-	opSeq    uint64  // the last op's sequence number
-	barriers []barrier
-	token    uint64 // the last barrier's token
-	resync   bool   // a pub/sub error happened: subscribe everything again
-	opsReady chan struct{}
+	mu    sync.Mutex
+	chans map[string]*channel
+	links map[string]*link // by node address; "" for the one link of a single Redis
 
 	done chan struct{}
 	wg   sync.WaitGroup
 }
 
-func newDispatcher(rdb redis.UniversalClient, poke func(context.Context, string) (bool, time.Duration, error), log zerolog.Logger, m *metrics.Metrics) *dispatcher {
+// link is one pub/sub connection, and the subscription changes on their way to it.
+type link struct {
+	addr   string                // the node's address on a cluster; "" on one Redis
+	client redis.UniversalClient // the client its connections come from
+
+	// guarded by dispatcher.mu
+	ps       *redis.PubSub // renew replaces it
+	ops      []subOp       // subscription changes waiting for the writer, in order
+	opSeq    uint64        // the last op's sequence number
+	barriers []barrier
+	token    uint64         // the last barrier's token
+	resync   bool           // a pub/sub error happened: subscribe everything again
+	unsubs   map[string]int // cluster: SUNSUBSCRIBEs written whose confirmation has not come
+	n        int            // channels on this link
+	opsReady chan struct{}
+	done     chan struct{} // closed when the link is dropped
+}
+
+func newDispatcher(rdb redis.UniversalClient, topo *topology, poke func(context.Context, string) (bool, time.Duration, error), log zerolog.Logger, m *metrics.Metrics) *dispatcher {
 	d := &dispatcher{
-		rdb:      rdb,
-		ps:       rdb.Subscribe(context.Background()),
-		poke:     poke,
-		log:      log,
-		m:        m,
-		chans:    make(map[string]*channel),
-		opsReady: make(chan struct{}, 1),
-		done:     make(chan struct{}),
+		rdb:   rdb,
+		topo:  topo,
+		poke:  poke,
+		log:   log,
+		m:     m,
+		chans: make(map[string]*channel),
+		links: make(map[string]*link),
+		done:  make(chan struct{}),
 	}
-	d.wg.Add(2)
-	go d.receive()
-	go d.write()
+	if topo == nil {
+		d.mu.Lock()
+		d.newLink("", rdb)
+		d.mu.Unlock()
+	} else {
+		topo.mu.Lock()
+		topo.onChange = d.reroute
+		topo.mu.Unlock()
+	}
 	return d
 }
 
-func (d *dispatcher) close() error {
-	select {
-	case <-d.done:
-		return nil
-	default:
+// newLink starts a link to the node at addr; the caller holds d.mu.
+func (d *dispatcher) newLink(addr string, client redis.UniversalClient) *link {
+	l := &link{
+		addr:     addr,
+		client:   client,
+		ps:       client.Subscribe(context.Background()), // connects on its first use
+		unsubs:   make(map[string]int),
+		opsReady: make(chan struct{}, 1),
+		done:     make(chan struct{}),
 	}
-	close(d.done)
-	err := d.pubsub().Close() // renew makes no new one once done is closed
+	d.links[addr] = l
+	d.m.PubSubConns.Inc()
+	d.wg.Add(2)
+	go d.receive(l)
+	go d.write(l)
+	return l
+}
+
+// linkFor is the link a channel belongs on now, made if need be; the caller
+// holds d.mu.
+func (d *dispatcher) linkFor(key string) *link {
+	if d.topo == nil {
+		return d.links[""]
+	}
+	addr := d.topo.master(key)
+	if addr == "" { // no slot map yet: a seed; a MOVED reply will say where
+		addr = d.topo.opts.Addrs[0]
+	}
+	if l := d.links[addr]; l != nil {
+		return l
+	}
+	return d.newLink(addr, d.topo.node(addr))
+}
+
+func (d *dispatcher) close() error {
+	d.mu.Lock()
+	if d.closed() {
+		d.mu.Unlock()
+		return nil
+	}
+	close(d.done) // under mu: no link is made or renewed after this
+	pss := make([]*redis.PubSub, 0, len(d.links))
+	for _, l := range d.links {
+		pss = append(pss, l.ps)
+	}
+	d.mu.Unlock()
+	var err error
+	for _, ps := range pss {
+		if e := ps.Close(); e != nil && err == nil {
+			err = e
+		}
+	}
 	d.wg.Wait()
 	d.mu.Lock()
 	for _, c := range d.chans {
 		c.stopTimer()
 	}
+	d.m.PubSubConns.Sub(float64(len(d.links)))
 	d.mu.Unlock()
 	return err
+}
+
+func (d *dispatcher) closed() bool {
+	select {
+	case <-d.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // add registers a waiter on the lock's channel. Its signal fires once the
@@ -186,7 +272,8 @@ func (d *dispatcher) remove(w *waiter, forward bool) {
 	if len(c.waiters) == 0 && d.chans[c.key] == c {
 		delete(d.chans, c.key)
 		c.stopTimer()
-		d.queueOp(subOp{sub: false, key: c.key})
+		c.link.n--
+		c.link.queueOp(subOp{sub: false, key: c.key})
 	}
 }
 
@@ -296,80 +383,106 @@ func (d *dispatcher) fire(c *channel) {
 	}
 }
 
-// subscribe queues a SUBSCRIBE for c, which is not ready until a barrier
-// written after it comes back; the caller holds d.mu.
+// subscribe queues a SUBSCRIBE for c on the link it belongs on (an
+// UNSUBSCRIBE on the one it was on, if that is another); c is not ready until
+// a barrier written after it comes back. The caller holds d.mu.
 func (d *dispatcher) subscribe(c *channel) {
+	l := d.linkFor(c.key)
+	if c.link != l {
+		if c.link != nil {
+			c.link.n--
+			c.link.queueOp(subOp{sub: false, key: c.key})
+		}
+		c.link = l
+		l.n++
+	}
 	c.ready = false
-	c.subSeq = d.queueOp(subOp{sub: true, key: c.key})
+	c.subSeq = l.queueOp(subOp{sub: true, key: c.key})
 }
 
 // queueOp queues a subscription change and returns its sequence number; the
 // caller holds d.mu.
-func (d *dispatcher) queueOp(op subOp) uint64 {
-	d.opSeq++
-	op.seq = d.opSeq
-	d.ops = append(d.ops, op)
-	defer d.wakeWriter()
+func (l *link) queueOp(op subOp) uint64 {
+	l.opSeq++
+	op.seq = l.opSeq
+	l.ops = append(l.ops, op)
+	select {
+	case l.opsReady <- struct{}{}:
+	default:
+	}
 	return op.seq
 }
 
-func (d *dispatcher) wakeWriter() {
-	select {
-	case d.opsReady <- struct{}{}:
-	default:
-	}
-}
-
-// write sends subscription changes in the order they were made, off the caller's
-// path and outside d.mu, so a slow connection never blocks message dispatch. A
-// batch that subscribes ends with a barrier ping.
-func (d *dispatcher) write() {
+// write sends a link's subscription changes in the order they were made, off
+// the caller's path and outside d.mu, so a slow connection never blocks message
+// dispatch. A batch that subscribes ends with a barrier ping.
+func (d *dispatcher) write(l *link) {
 	defer d.wg.Done()
+	sharded := d.topo != nil
 	for {
 		select {
 		case <-d.done:
 			return
-		case <-d.opsReady:
+		case <-l.done:
+			return
+		case <-l.opsReady:
 		}
 		d.mu.Lock()
-		ops := d.ops
-		d.ops = nil
+		ops := l.ops
+		l.ops = nil
+		ps := l.ps
 		d.mu.Unlock()
 		var upTo uint64
 		failed := false
 		for _, op := range ops {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			var err error
-			if ps := d.pubsub(); op.sub {
+			switch {
+			case op.sub && sharded:
+				err = ps.SSubscribe(ctx, op.key)
+			case op.sub:
 				err = ps.Subscribe(ctx, op.key)
-				upTo = op.seq
-			} else {
+			case sharded:
+				d.mu.Lock()
+				if l.ps == ps {
+					l.unsubs[op.key]++
+				}
+				d.mu.Unlock()
+				err = ps.SUnsubscribe(ctx, op.key)
+			default:
 				err = ps.Unsubscribe(ctx, op.key)
 			}
 			cancel()
+			if op.sub {
+				upTo = op.seq
+			}
 			if err != nil {
 				failed = true
 				if op.sub {
-					d.subscribeFailed(op.key)
+					d.subscribeFailed(l, ps, op.key)
 				}
 			}
 		}
 		if upTo > 0 && !failed {
 			d.mu.Lock()
-			d.token++
-			token := d.token
-			d.barriers = append(d.barriers, barrier{token: token, upTo: upTo})
+			l.token++
+			token := l.token
+			l.barriers = append(l.barriers, barrier{token: token, upTo: upTo})
 			d.mu.Unlock()
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			failed = d.pubsub().Ping(ctx, barrierPrefix+strconv.FormatUint(token, 10)) != nil
+			failed = ps.Ping(ctx, barrierPrefix+strconv.FormatUint(token, 10)) != nil
 			cancel()
 		}
 		if failed {
 			// go-redis may have reconnected inside the failed call, resubscribing
-			// only what its own list held: subscribe everything again, behind a
-			// new barrier, once the connection answers.
+			// only what its own list held (on a cluster, refused: CROSSSLOT):
+			// subscribe everything again, behind a new barrier, once the
+			// connection answers. Unless the connection was replaced meanwhile:
+			// its replacement subscribed everything already.
 			d.mu.Lock()
-			d.resync = true
+			if l.ps == ps {
+				l.resync = true
+			}
 			d.mu.Unlock()
 		}
 	}
@@ -377,18 +490,19 @@ func (d *dispatcher) write() {
 
 // subscribeFailed lets the channel's waiters check once anyway; the channel is
 // subscribed again, and they re-check again, when the connection answers.
-func (d *dispatcher) subscribeFailed(key string) {
+func (d *dispatcher) subscribeFailed(l *link, ps *redis.PubSub, key string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if c := d.chans[key]; c != nil {
+	if c := d.chans[key]; c != nil && c.link == l && l.ps == ps {
 		for _, w := range c.waiters {
 			w.notify()
 		}
 	}
 }
 
-// barrierDone readies the channels a barrier covers and wakes their waiters.
-func (d *dispatcher) barrierDone(payload string) {
+// barrierDone readies the channels a barrier of link l covers and wakes their
+// waiters.
+func (d *dispatcher) barrierDone(l *link, payload string) {
 	token, err := strconv.ParseUint(strings.TrimPrefix(payload, barrierPrefix), 10, 64)
 	if err != nil {
 		return
@@ -398,17 +512,17 @@ func (d *dispatcher) barrierDone(payload string) {
 	var upTo uint64
 	found := false
 	i := 0
-	for ; i < len(d.barriers) && d.barriers[i].token <= token; i++ {
-		if d.barriers[i].token == token {
-			upTo, found = d.barriers[i].upTo, true
+	for ; i < len(l.barriers) && l.barriers[i].token <= token; i++ {
+		if l.barriers[i].token == token {
+			upTo, found = l.barriers[i].upTo, true
 		}
 	}
-	d.barriers = d.barriers[i:] // earlier ones were lost with a connection
+	l.barriers = l.barriers[i:] // earlier ones were lost with a connection
 	if !found {
 		return
 	}
 	for _, c := range d.chans {
-		if !c.ready && c.subSeq != 0 && c.subSeq <= upTo {
+		if c.link == l && !c.ready && c.subSeq != 0 && c.subSeq <= upTo {
 			c.ready = true
 			for _, w := range c.waiters {
 				w.notify()
@@ -417,21 +531,17 @@ func (d *dispatcher) barrierDone(payload string) {
 	}
 }
 
-// resubscribeAll subscribes every channel again after a pub/sub error; their
-// waiters re-check once the barrier behind it comes back. The caller holds d.mu.
-func (d *dispatcher) resubscribeAll() {
-	d.resync = false
+// resubscribeAll subscribes every channel of link l again after a pub/sub
+// error (routed afresh, on a cluster); their waiters re-check once the barrier
+// behind it comes back. The caller holds d.mu.
+func (d *dispatcher) resubscribeAll(l *link) {
+	l.resync = false
 	d.m.PubSubReconnects.Inc()
 	for _, c := range d.chans {
-		d.subscribe(c)
+		if c.link == l {
+			d.subscribe(c)
+		}
 	}
-}
-
-// pubsub is the current pub/sub connection.
-func (d *dispatcher) pubsub() *redis.PubSub {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.ps
 }
 
 // healthEvery is how long the connection may go without a pong before a ping;
@@ -440,39 +550,117 @@ func (d *dispatcher) pubsub() *redis.PubSub {
 // error to it, and writes to a dead peer succeed until TCP gives up, minutes on.
 const healthEvery, pongWait = time.Second, 2 * time.Second
 
-// renew replaces a silently dead pub/sub connection with a new one. Every
-// channel is subscribed again through the writer, in order with the changes
-// queued before, and counts as not confirmed until Redis says so: its waiters
-// re-check then, as after a reconnect by go-redis.
-func (d *dispatcher) renew() {
-	d.log.Warn().Dur("silent", healthEvery+pongWait).Msg("pub/sub connection silent after a ping; replacing it")
-	ps := d.rdb.Subscribe(context.Background()) // connects on its first use
+// renew gives link l a new connection, closing the old one, and subscribes
+// every channel of it again through the writers, in order with the changes
+// queued before; each counts as not confirmed until Redis says so, and its
+// waiters re-check then, as after a reconnect by go-redis. It replaces a
+// silently dead connection, and on a cluster every broken one.
+func (d *dispatcher) renew(l *link) {
+	ps := l.client.Subscribe(context.Background()) // connects on its first use
 	d.mu.Lock()
-	select {
-	case <-d.done:
+	if d.closed() || d.links[l.addr] != l {
 		d.mu.Unlock()
 		_ = ps.Close()
 		return
-	default:
 	}
-	old := d.ps
-	d.ps = ps
-	d.barriers = nil
-	d.resubscribeAll()
+	old := l.ps
+	l.ps = ps
+	l.barriers = nil
+	clear(l.unsubs)
+	d.resubscribeAll(l)
+	d.dropIdle()
 	d.mu.Unlock()
 	_ = old.Close()
 }
 
-// receive reads the pub/sub connection until close. go-redis reconnects and
-// resubscribes by itself after an error; the confirmations that follow make every
-// waiter of those channels re-check. A connection silent for healthEvery is
-// pinged, and renewed when pongWait passes without a word.
+// reroute moves every channel whose slot the slot map now puts on another
+// master; the topology calls it when the map changed.
+func (d *dispatcher) reroute() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed() {
+		return
+	}
+	for _, c := range d.chans {
+		if addr := d.topo.master(c.key); addr != "" && addr != c.link.addr {
+			d.subscribe(c)
+		}
+	}
+	d.dropIdle()
+}
+
+// moved handles a MOVED reply to an SSUBSCRIBE of link l: the slot map learns
+// it (and reroutes what it changed), and every channel of that slot still on l
+// is subscribed again where the map says.
+func (d *dispatcher) moved(l *link, slotNo int, addr string) {
+	d.topo.moved(slotNo, addr)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed() {
+		return
+	}
+	for _, c := range d.chans {
+		if c.link == l && slot(c.key) == slotNo {
+			d.subscribe(c)
+		}
+	}
+	d.dropIdle()
+}
+
+// unsubscribed handles a SUNSUBSCRIBE from link l's node: the confirmation of
+// one the writer sent, or the node giving the channel up because its slot left
+// it. Then the channel is subscribed again where the slot map says, and the map
+// is loaded afresh; if it was behind, the SSUBSCRIBE goes to the same node, is
+// answered MOVED, and that moves it.
+func (d *dispatcher) unsubscribed(l *link, key string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if l.unsubs[key] > 0 {
+		if l.unsubs[key]--; l.unsubs[key] == 0 {
+			delete(l.unsubs, key)
+		}
+		return
+	}
+	c := d.chans[key]
+	if c == nil || c.link != l || d.closed() {
+		return
+	}
+	d.topo.refresh()
+	d.subscribe(c)
+}
+
+// dropIdle stops the links to nodes that serve no slot and carry no channel
+// (a master that failed over, or gave its slots away); the caller holds d.mu.
+func (d *dispatcher) dropIdle() {
+	if d.topo == nil {
+		return
+	}
+	masters := map[string]bool{}
+	for _, a := range d.topo.masters() {
+		masters[a] = true
+	}
+	for addr, l := range d.links {
+		if l.n == 0 && len(l.ops) == 0 && !masters[addr] {
+			delete(d.links, addr)
+			close(l.done)
+			d.m.PubSubConns.Dec()
+			go l.ps.Close()
+		}
+	}
+}
+
+// receive reads link l's connection until close. On one Redis, go-redis
+// reconnects and resubscribes by itself after an error; the confirmations that
+// follow make every waiter of those channels re-check. On a cluster the link
+// is renewed instead (its channels span slots, and go-redis would send them in
+// one SSUBSCRIBE, which a cluster refuses). A connection silent for
+// healthEvery is pinged, and renewed when pongWait passes without a word.
 //
 // The pause after an error stays short: go-redis has usually re-established the
 // connection already when the error comes back, and nothing is read (no
 // confirmation, no release) while this loop sleeps, so the pause is how long a
 // waiter may sleep through a free lock once Redis is back.
-func (d *dispatcher) receive() {
+func (d *dispatcher) receive(l *link) {
 	defer d.wg.Done()
 	const minBackoff, maxBackoff = 10 * time.Millisecond, 100 * time.Millisecond
 	backoff := minBackoff
@@ -480,12 +668,21 @@ func (d *dispatcher) receive() {
 	lastPong := time.Now()
 	var pinged time.Time // when a ping went out unanswered; zero when none
 	for {
-		ps := d.pubsub()
+		d.mu.Lock()
+		ps := l.ps
+		d.mu.Unlock()
 		msg, err := ps.ReceiveTimeout(ctx, healthEvery)
 		select {
 		case <-d.done:
 			return
+		case <-l.done:
+			return
 		default:
+		}
+		if kind, slotNo, addr, ok := redirect(err); ok && kind == "MOVED" && d.topo != nil {
+			// The answer to one SSUBSCRIBE: the connection itself is fine.
+			d.moved(l, slotNo, addr)
+			continue
 		}
 		var nerr interface{ Timeout() bool }
 		if err != nil && !(errors.As(err, &nerr) && nerr.Timeout()) {
@@ -493,26 +690,39 @@ func (d *dispatcher) receive() {
 			// and so may have SUBSCRIBEs and barriers.
 			pinged, lastPong = time.Time{}, time.Now()
 			d.mu.Lock()
-			d.resync = true
+			l.resync = true
 			d.mu.Unlock()
 			if backoff == minBackoff { // once per outage, not on every retry
-				d.log.Warn().Err(err).Msg("pub/sub connection lost; reconnecting")
+				d.log.Warn().Err(err).Str("node", l.addr).Msg("pub/sub connection lost; reconnecting")
+			}
+			if d.topo != nil {
+				d.topo.refresh()
 			}
 			select {
 			case <-d.done:
 				return
+			case <-l.done:
+				return
 			case <-time.After(backoff):
 			}
 			backoff = min(backoff*2, maxBackoff)
+			if d.topo != nil {
+				d.renew(l)
+			}
 			continue
 		}
 		if err == nil {
 			backoff = minBackoff
 			d.mu.Lock()
-			if d.resync {
-				d.resubscribeAll()
+			resync := l.resync && l.ps == ps
+			if resync && d.topo == nil {
+				d.resubscribeAll(l)
 			}
 			d.mu.Unlock()
+			if resync && d.topo != nil {
+				d.renew(l)
+				continue
+			}
 			switch m := msg.(type) {
 			case *redis.Pong:
 				// Only a pong proves the connection carries what Baton sends:
@@ -520,10 +730,14 @@ func (d *dispatcher) receive() {
 				// direction is dead (SUBSCRIBEs, barriers and pings lost).
 				pinged, lastPong = time.Time{}, time.Now()
 				if strings.HasPrefix(m.Payload, barrierPrefix) {
-					d.barrierDone(m.Payload)
+					d.barrierDone(l, m.Payload)
 				}
 			case *redis.Message:
 				d.dispatch(m.Channel, m.Payload)
+			case *redis.Subscription:
+				if m.Kind == "sunsubscribe" && d.topo != nil {
+					d.unsubscribed(l, m.Channel)
+				}
 			}
 		}
 		switch {
@@ -531,7 +745,9 @@ func (d *dispatcher) receive() {
 			_ = ps.Ping(ctx) // a broken connection errors here; a dead one answers nothing
 			pinged = time.Now()
 		case !pinged.IsZero() && time.Since(pinged) >= pongWait:
-			d.renew()
+			d.log.Warn().Dur("silent", healthEvery+pongWait).Str("node", l.addr).
+				Msg("pub/sub connection silent after a ping; replacing it")
+			d.renew(l)
 			pinged, lastPong = time.Time{}, time.Now()
 		}
 	}

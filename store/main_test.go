@@ -3,6 +3,7 @@ package store_test
 import (
 	"os"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,12 +16,28 @@ import (
 
 var shared *redistest.Server
 
+// clusterOnce starts, on first use, the cluster the tests that leave it whole
+// share (sharedCluster).
+var (
+	clusterOnce sync.Once
+	cluster     *redistest.Cluster
+	stopCluster = func() {}
+)
+
 func TestMain(m *testing.M) {
 	s, stop := redistest.MustStartMain()
 	shared = s
 	code := m.Run()
 	stop()
+	stopCluster()
 	os.Exit(code)
+}
+
+// sharedCluster is a 3-master, 3-replica cluster for tests that kill no node.
+func sharedCluster(t *testing.T) *redistest.Cluster {
+	t.Helper()
+	clusterOnce.Do(func() { cluster, stopCluster = redistest.MustStartClusterMain() })
+	return cluster
 }
 
 var prefixes atomic.Int64

@@ -144,7 +144,7 @@ func (s *Store) acquireArgs(r AcquireRequest, ids requestIDs, lh, mode string, p
 		ss = hashID(ids.session)
 	}
 	return []any{lh, ms(r.TTL), r.Owner, mode, ids.th, ids.tlh, ms(s.opt.TicketTTL), ms(poll), r.By, shared,
-		strconv.Itoa(r.Limit), ids.ik, r.BodyHash, remaining, s.notAfter(), ids.pid, ids.nonce, ss, ids.member}
+		strconv.Itoa(r.Limit), ids.ik, r.BodyHash, remaining, s.notAfter(s.lockKey(r.Name)), ids.pid, ids.nonce, ss, ids.member}
 }
 
 func (s *Store) reenter(ctx context.Context, r AcquireRequest) (*Lease, error) {
@@ -152,7 +152,7 @@ func (s *Store) reenter(ctx context.Context, r AcquireRequest) (*Lease, error) {
 		s.count("not_held")
 		return nil, ErrLeaseNotHeld
 	}
-	keys := append(s.keys(r.Name), s.keys(r.Name)[0])
+	keys := append(s.keys(r.Name), s.lockKey(r.Name))
 	ids := requestIDs{nonce: newID()}
 	if r.IdemKey != "" {
 		ids.ik = recordHash(r.By, r.IdemKey)

@@ -67,6 +67,10 @@ type Options struct {
 // Store is the Redis lock store. It is safe for concurrent use.
 type Store struct {
 	rdb     redis.UniversalClient
+	scr     redis.Scripter       // rdb, or on a cluster rdb sending each script at most once (cluster.go)
+	cluster *redis.ClusterClient // nil unless rdb is one
+	topo    *topology            // the cluster's slot map (cluster.go); nil unless rdb is a cluster client
+	clocks  sync.Map             // on a cluster: master address -> *redisClock
 	opt     Options
 	m       *metrics.Metrics
 	disp    *dispatcher
@@ -93,8 +97,9 @@ type Store struct {
 	unackedLog   atomic.Int64 // unix ms of the last unacknowledged-WAIT warning
 }
 
-// NewClient returns a go-redis client for a redis://, rediss:// or
-// redis+sentinel:// URL, set up as the store needs it: no automatic retries,
+// NewClient returns a go-redis client for a redis://, rediss://,
+// redis+sentinel://, redis+cluster:// or rediss+cluster:// URL, set up as the
+// store needs it: no automatic retries,
 // because go-redis would retry a script whose connection broke after it was sent,
 // and re-entry or release must never run twice. The store retries idempotent
 // scripts itself.
@@ -107,19 +112,32 @@ type Store struct {
 // sentinels' own credentials, when they have any, go in the query. A port left
 // out is 26379. The client asks the sentinels for the master and follows it
 // through failovers.
+//
+// A Redis Cluster URL lists seed nodes (parseClusterURL):
+//
+//	redis+cluster://[[user]:password@]host1:port1[,host2:port2...]
 func NewClient(rawURL string) (redis.UniversalClient, error) {
 	return newClient(rawURL, nil)
 }
 
 // NewGatedClient is NewClient with a Gate (gate.go) on its dials; pass the gate
-// to the Store (Options.Gate), which closes it when Redis stops answering.
+// to the Store (Options.Gate), which closes it when Redis stops answering. A
+// cluster gets no gate (nil): one node down is not the cluster down, and the
+// cluster client marks and avoids failing nodes itself.
 func NewGatedClient(rawURL string) (redis.UniversalClient, *Gate, error) {
+	if isClusterURL(rawURL) {
+		rdb, err := newClusterClient(rawURL)
+		return rdb, nil, err
+	}
 	g := NewGate(rawURL)
 	rdb, err := newClient(rawURL, g)
 	return rdb, g, err
 }
 
 func newClient(rawURL string, g *Gate) (redis.UniversalClient, error) {
+	if isClusterURL(rawURL) {
+		return newClusterClient(rawURL)
+	}
 	if strings.HasPrefix(rawURL, sentinelScheme+"://") {
 		fo, err := parseSentinelURL(rawURL)
 		if err != nil {
@@ -245,12 +263,16 @@ func New(rdb redis.UniversalClient, opt Options) *Store {
 	if opt.IdempotencyGrace <= 0 {
 		opt.IdempotencyGrace = time.Minute
 	}
-	set := lua.Settings{FenceGuardMs: opt.FenceGuard.Milliseconds(), IdempotencyGraceMs: opt.IdempotencyGrace.Milliseconds()}
+	cc, _ := rdb.(*redis.ClusterClient)
+	set := lua.Settings{FenceGuardMs: opt.FenceGuard.Milliseconds(), IdempotencyGraceMs: opt.IdempotencyGrace.Milliseconds(),
+		Sharded: cc != nil}
 	script := func(src string) *redis.Script {
 		return redis.NewScript(lua.Compose(src, set))
 	}
 	s := &Store{
 		rdb:     rdb,
+		scr:     rdb,
+		cluster: cc,
 		opt:     opt,
 		m:       opt.Metrics,
 		acquire: script(lua.Acquire),
@@ -276,7 +298,11 @@ func New(rdb redis.UniversalClient, opt Options) *Store {
 		clean:         newCleaner(),
 		shutdown:      make(chan struct{}),
 	}
-	s.disp = newDispatcher(rdb, s.pokeLock, opt.Logger, s.m)
+	if cc != nil {
+		s.scr = onceScripter{cc}
+		s.topo = newTopology(cc)
+	}
+	s.disp = newDispatcher(rdb, s.topo, s.pokeLock, opt.Logger, s.m)
 	go s.runCleaner()
 	go s.runClock()
 	opt.Gate.OnOpen(func() { // Redis is back, perhaps empty: give it the secret back
@@ -313,7 +339,7 @@ func (s *Store) Ready(ctx context.Context) error {
 	if err != nil {
 		return s.storeErr("ready", err)
 	}
-	if !s.clock.known.Load() {
+	if !s.clockKnown() {
 		s.syncClock(ctx)
 	}
 	if err := s.syncSecret(ctx); err != nil {
@@ -354,7 +380,11 @@ func (s *Store) Close() error {
 		s.stopCleaner(closeUndoWait)
 		s.opt.Gate.Close()
 	})
-	return s.disp.close()
+	err := s.disp.close()
+	if s.topo != nil {
+		s.topo.close()
+	}
+	return err
 }
 
 // closeUndoWait bounds how long Close waits for abandoned requests to be undone.
@@ -376,8 +406,13 @@ func (s *Store) shuttingDown() bool {
 
 // keys are the three keys every script takes (lib.lua), all in the hash slot of {name}.
 func (s *Store) keys(name string) []string {
-	lock := s.opt.Prefix + ":{" + name + "}"
+	lock := s.lockKey(name)
 	return []string{lock, lock + ":fence", lock + ":q"}
+}
+
+// lockKey is the lock's hash, the first of its keys.
+func (s *Store) lockKey(name string) string {
+	return s.opt.Prefix + ":{" + name + "}"
 }
 
 func (s *Store) ticketKey(name, th string) string {
@@ -415,7 +450,7 @@ func (s *Store) call(ctx context.Context, sc *redis.Script, op string, keys []st
 		if wait {
 			v, err = s.evalWait(ctx, sc, op, keys, args)
 		} else {
-			v, err = sc.Run(ctx, s.rdb, keys, args...).Slice()
+			v, err = sc.Run(ctx, s.scr, keys, args...).Slice()
 		}
 		if err == nil {
 			rep, err := decodeReply(v)
@@ -425,6 +460,7 @@ func (s *Store) call(ctx context.Context, sc *redis.Script, op string, keys []st
 			}
 			return rep, err
 		}
+		s.clusterErr(err)
 		if ctx.Err() == nil && isDialError(err) {
 			// Redis refuses connections (or they time out): keep everyone else away
 			// until it answers again. A broken connection alone is not that: the
@@ -444,6 +480,7 @@ func (s *Store) call(ctx context.Context, sc *redis.Script, op string, keys []st
 // which Redis replicates: it moves the connection's replication offset to the
 // master's latest, so that WAIT also covers a grant the script only read (one made
 // on another connection, as when a release hands the lock to a polling ticket).
+// On a cluster, evalWaitCluster does the same on the slot's master.
 //
 // Script.Run's EVALSHA-then-EVAL fallback cannot work inside a pipeline (the
 // NOSCRIPT error is only known once the pipeline has run), so it is done here: a
@@ -451,26 +488,36 @@ func (s *Store) call(ctx context.Context, sc *redis.Script, op string, keys []st
 // with EVAL. A broken connection is returned as the script's error, since whether
 // the change reached a replica is then unknown.
 func (s *Store) evalWait(ctx context.Context, sc *redis.Script, op string, keys []string, args []any) ([]any, error) {
-	var script *redis.Cmd
-	var wait *redis.Cmd
-	send := func(eval func(context.Context, redis.Scripter, []string, ...any) *redis.Cmd) {
-		_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			script = eval(ctx, p, keys, args...)
-			p.Publish(ctx, s.opt.Prefix+":wait", "")
-			// Pipeliner has no Wait method.
-			wait = p.Do(ctx, "wait", s.opt.WaitReplicas, s.opt.WaitTimeout.Milliseconds())
-			return nil
-		})
+	var v []any
+	var acked int64
+	var err error
+	if s.cluster != nil {
+		var werr error
+		v, acked, werr, err = s.evalWaitCluster(ctx, sc, keys, args)
+		if err != nil {
+			return nil, err
+		}
+		err = werr
+	} else {
+		var script, wait *redis.Cmd
+		send := func(eval func(context.Context, redis.Scripter, []string, ...any) *redis.Cmd) {
+			_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+				script = eval(ctx, p, keys, args...)
+				p.Publish(ctx, s.opt.Prefix+":wait", "")
+				// Pipeliner has no Wait method.
+				wait = p.Do(ctx, "wait", s.opt.WaitReplicas, s.opt.WaitTimeout.Milliseconds())
+				return nil
+			})
+		}
+		send(sc.EvalSha)
+		if redis.HasErrorPrefix(script.Err(), "NOSCRIPT") {
+			send(sc.Eval)
+		}
+		if v, err = script.Slice(); err != nil {
+			return nil, err
+		}
+		acked, err = wait.Int64()
 	}
-	send(sc.EvalSha)
-	if redis.HasErrorPrefix(script.Err(), "NOSCRIPT") {
-		send(sc.Eval)
-	}
-	v, err := script.Slice()
-	if err != nil {
-		return nil, err
-	}
-	acked, err := wait.Int64()
 	if err != nil && isConnError(err) {
 		return nil, err
 	}
@@ -525,7 +572,7 @@ func (s *Store) storeErr(op string, err error) error {
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
 		msg := rerr.Error()
-		for _, p := range []string{"LOADING", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "BUSY "} {
+		for _, p := range []string{"LOADING", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "BUSY ", "MOVED ", "ASK "} {
 			if strings.HasPrefix(msg, p) {
 				return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err)
 			}

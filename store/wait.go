@@ -207,7 +207,7 @@ func (s *Store) undoTicket(t ticketWait, uncertain bool) {
 
 func (s *Store) pollOnce(ctx context.Context, t ticketWait, poll time.Duration) (PollResult, error) {
 	keys := append(s.keys(t.name), s.ticketKey(t.name, t.th))
-	rep, err := s.runGrant(ctx, s.poll, "poll", keys, true, t.th, t.tlh, ms(poll), t.by, t.pid, s.notAfter())
+	rep, err := s.runGrant(ctx, s.poll, "poll", keys, true, t.th, t.tlh, ms(poll), t.by, t.pid, s.notAfter(keys[0]))
 	if err != nil {
 		return PollResult{}, err
 	}
@@ -322,7 +322,7 @@ func (s *Store) awaitTicket(ctx context.Context, t ticketWait, until time.Time) 
 			// arrive before that script's WAIT returns, so the poll below answers,
 			// after a WAIT of its own. The ttl is the grant's, less the time since
 			// the message came (the Redis clock is the authority, not ours).
-			s.m.Handoff.Observe(s.handoffLatency(g).Seconds())
+			s.m.Handoff.Observe(s.handoffLatency(s.lockKey(t.name), g).Seconds())
 			return settle(PollResult{Lease: &Lease{
 				Name: t.name, ID: ticketLease(t.ticket), Fence: g.fence, Count: 1,
 				TTL: max(g.window-time.Since(g.recv), 0), ExpiresAt: g.at.Add(g.window),
@@ -332,7 +332,7 @@ func (s *Store) awaitTicket(ctx context.Context, t ticketWait, until time.Time) 
 		res, err := settle(check(ctx, time.Until(until)))
 		if err != nil || res.Lease != nil {
 			if g != nil && res.Lease != nil {
-				s.m.Handoff.Observe(s.handoffLatency(g).Seconds())
+				s.m.Handoff.Observe(s.handoffLatency(s.lockKey(t.name), g).Seconds())
 			}
 			return res, err
 		}

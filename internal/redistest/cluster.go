@@ -290,3 +290,53 @@ func Slot(key string) int {
 	}
 	return int(crc) % 16384
 }
+
+// MigrateSlot moves a slot, and every key in it, from one master to another
+// as redis-cli --cluster reshard does: IMPORTING on the target, MIGRATING on
+// the source, MIGRATE of the keys, then the slot assigned to the target on
+// both (the rest of the cluster learns it by gossip).
+func (c *Cluster) MigrateSlot(ctx context.Context, slot int, from, to *Server) error {
+	src, dst := from.client(), to.client()
+	defer src.Close()
+	defer dst.Close()
+	srcID, err := src.ClusterMyID(ctx).Result()
+	if err != nil {
+		return err
+	}
+	dstID, err := dst.ClusterMyID(ctx).Result()
+	if err != nil {
+		return err
+	}
+	if err := dst.Do(ctx, "cluster", "setslot", slot, "importing", srcID).Err(); err != nil {
+		return fmt.Errorf("importing: %w", err)
+	}
+	if err := src.Do(ctx, "cluster", "setslot", slot, "migrating", dstID).Err(); err != nil {
+		return fmt.Errorf("migrating: %w", err)
+	}
+	for {
+		keys, err := src.ClusterGetKeysInSlot(ctx, slot, 100).Result()
+		if err != nil {
+			return err
+		}
+		if len(keys) == 0 {
+			break
+		}
+		args := []any{"migrate", "127.0.0.1", to.Port, "", 0, 5000, "keys"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		if err := src.Do(ctx, args...).Err(); err != nil {
+			return fmt.Errorf("migrate: %w", err)
+		}
+	}
+	for _, cl := range []*redis.Client{dst, src} {
+		if err := cl.Do(ctx, "cluster", "setslot", slot, "node", dstID).Err(); err != nil {
+			return fmt.Errorf("setslot node: %w", err)
+		}
+	}
+	return nil
+}
+
+func (s *Server) client() *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+}
