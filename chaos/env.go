@@ -33,6 +33,7 @@ type topology struct {
 	rdb    *redis.Client // for injecting faults and inspecting keys
 	batons []*baton
 	cls    []*client.Client // one per Baton process, same order
+	bases  []string         // their base URLs, same order
 	hc     *http.Client     // the clients' transport, closed at the end
 }
 
@@ -112,6 +113,7 @@ func startTopology(dir, bin string, n int, redisArgs []string, batonEnv []string
 		}
 		t.batons = append(t.batons, b)
 		t.cls = append(t.cls, client.New(b.base, client.WithHTTPClient(t.hc)))
+		t.bases = append(t.bases, b.base)
 	}
 	return t, nil
 }

@@ -38,6 +38,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 )
 
@@ -54,6 +55,7 @@ type config struct {
 	maxWait        time.Duration // the longest wait_ms of an acquire
 	maxPoll        time.Duration // the longest wait_ms of a ticket poll
 	ticketTTL      time.Duration // BATON_TICKET_TTL
+	hangUps        float64       // the share of a worker's cycles in which it hangs up (hangup.go)
 
 	pubsubEvery, redisEvery, batonEvery time.Duration // how often each fault is injected
 	down                                time.Duration // how long a killed process stays down
@@ -68,7 +70,7 @@ func quickConfig() config {
 	return config{
 		clients: 32, locks: 6, duration: 20 * time.Second, tail: 2 * time.Second, maxOps: 4000,
 		minTTL: 200 * time.Millisecond, maxTTL: 800 * time.Millisecond, longTTL: 4 * time.Second,
-		maxWait: 800 * time.Millisecond, maxPoll: 800 * time.Millisecond, ticketTTL: time.Second,
+		maxWait: 800 * time.Millisecond, maxPoll: 800 * time.Millisecond, ticketTTL: time.Second, hangUps: 0.12,
 		pubsubEvery: time.Second, redisEvery: 3 * time.Second, batonEvery: 3 * time.Second,
 		down: 300 * time.Millisecond, checkTimeout: 20 * time.Second,
 	}
@@ -83,6 +85,9 @@ func fullConfig() config {
 }
 
 func main() {
+	// go-redis prints its clients' failed dials; the runner's clients report
+	// their own errors, and the faults it injects make those prints noise.
+	redis.SetLogger(quiet{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	code, err := run(ctx, os.Args[1:], os.Stdout)
@@ -166,10 +171,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 		rows = append(rows, r)
 	}
 
-	v, s, inconclusive := 0, 0, 0
+	v, s, o, inconclusive := 0, 0, 0, 0
 	for _, r := range rows {
 		v += r.violations
 		s += r.staleAccepted
+		o += r.orphans.Count()
 		inconclusive += r.inconclusive
 		for _, d := range r.details {
 			fmt.Fprintf(stdout, "%s: %s\n", r.name, d)
@@ -177,18 +183,23 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	}
 	fmt.Fprintln(stdout)
 	printTable(stdout, rows)
-	if v == 0 && s == 0 && inconclusive == 0 && !cfg.keep {
+	if v == 0 && s == 0 && o == 0 && inconclusive == 0 && !cfg.keep {
 		_ = os.RemoveAll(dir)
 	}
-	fmt.Fprintf(stdout, "chaos: %d scenarios, %d violations, %d stale writes accepted\n", len(rows), v, s)
+	fmt.Fprintf(stdout, "chaos: %d scenarios, %d violations, %d stale writes accepted, %d orphan holds\n", len(rows), v, s, o)
 	switch {
-	case v > 0 || s > 0:
+	case v > 0 || s > 0 || o > 0:
 		return 1, nil
 	case inconclusive > 0:
 		return 2, nil
 	}
 	return 0, nil
 }
+
+// quiet is a go-redis logger that prints nothing.
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
 
 func contains(list []string, s string) bool {
 	for _, l := range list {

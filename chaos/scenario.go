@@ -61,7 +61,7 @@ func killPubSub(ctx context.Context, r *trial) error {
 		if err := r.top.rdb.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil && ctx.Err() == nil {
 			return fmt.Errorf("client kill: %w", err)
 		}
-		r.fault(at)
+		r.fault(at, at, false, "pub/sub connections killed")
 		return nil
 	})
 }
@@ -85,7 +85,7 @@ func killRedis(loss bool) func(context.Context, *trial) error {
 			if err != nil {
 				return fmt.Errorf("restart redis: %w", err)
 			}
-			r.fault(restarted)
+			r.fault(killed, restarted, true, "redis-server killed")
 			return nil
 		})
 	}
@@ -96,18 +96,21 @@ func killRedis(loss bool) func(context.Context, *trial) error {
 func killBaton(ctx context.Context, r *trial) error {
 	n := 0
 	return every(ctx, r.cfg.batonEvery, func() error {
-		b := r.top.batons[n%len(r.top.batons)]
+		i := n % len(r.top.batons)
+		b := r.top.batons[i]
 		n++
 		for until := time.Now().Add(2 * time.Second); time.Now().Before(until) && b.gauge(ctx, "baton_waiters") < 1; {
 			time.Sleep(10 * time.Millisecond) // a gauge: only visible by asking
 		}
+		killed := time.Now()
+		r.crash(i, killed)
 		b.kill()
 		time.Sleep(r.cfg.down)
 		restarted := time.Now()
 		if err := b.start(); err != nil {
 			return err
 		}
-		r.fault(restarted)
+		r.fault(killed, restarted, false, "baton "+b.name+" killed")
 		return nil
 	})
 }

@@ -19,28 +19,53 @@ type trial struct {
 	top    *topology
 	rec    check.Recorder
 	tal    tally
-	locks  []string
+	locks  []string                   // the workload's
+	race   []string                   // the races' (worker.race)
 	res    map[string]*check.Resource // one per lock
 	probes int
+
+	samp *sampler
 
 	mu        sync.Mutex
 	faults    int
 	recovery  []time.Duration
 	faultErrs []string
+	spans     []check.Span  // the faults, each until the service recovered
+	crashes   []check.Crash // Baton processes killed with SIGKILL
 }
 
-// fault waits for the service to recover from a fault that ended at since, and
-// counts it.
-func (r *trial) fault(since time.Time) {
-	d, err := r.recovered(since)
+// fault waits for the service to recover from a fault that ran from start to
+// end, counts it, and records it as a span until the recovery (redis: Baton could
+// not use Redis meanwhile).
+func (r *trial) fault(start, end time.Time, redis bool, what string) {
+	d, err := r.recovered(end)
+	if err != nil {
+		d = probeTimeout
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.faults++
+	r.spans = append(r.spans, check.Span{From: start, To: end.Add(d), Redis: redis, What: what})
 	if err != nil {
 		r.faultErrs = append(r.faultErrs, err.Error())
 		return
 	}
 	r.recovery = append(r.recovery, d)
+}
+
+// span records a stretch of time a fault disturbed the service, besides those
+// fault records.
+func (r *trial) span(from, to time.Time, redis bool, what string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.spans = append(r.spans, check.Span{From: from, To: to, Redis: redis, What: what})
+}
+
+// crash records that Baton process i was killed with SIGKILL at at.
+func (r *trial) crash(i int, at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.crashes = append(r.crashes, check.Crash{Server: i, At: at})
 }
 
 // row is one scenario's figures.
@@ -57,6 +82,9 @@ type row struct {
 	inconclusive  int      // locks whose check timed out: neither legal nor not
 	summary       string   // what happened, in a line
 	details       []string // what the violations were, and other findings
+
+	orphans check.OrphanResult
+	hungUp  int64
 }
 
 // runScenario runs one scenario on a fresh topology in dir and judges it.
@@ -76,11 +104,17 @@ func runScenario(ctx context.Context, cfg *config, sc scenario, bin, dir string)
 		r.locks = append(r.locks, name)
 		r.res[name] = &check.Resource{}
 	}
+	for i := range raceLocks {
+		r.race = append(r.race, sc.name+"-race-"+strconv.Itoa(i))
+	}
+	r.samp = startSampler(newSamplerClient(top.redis.Addr()), append(r.locks[:len(r.locks):len(r.locks)], r.race...))
+	samples := sync.OnceValue(r.samp.close)
+	defer samples() // the sampler stops on every return
 	if err := r.drive(ctx, sc); err != nil {
 		return row{}, fmt.Errorf("%s: %w", sc.name, err)
 	}
 	out := row{name: sc.name, faults: r.faults, recovery: r.recovery,
-		requests: r.tal.requests.Load(), answered: r.tal.answered.Load()}
+		requests: r.tal.requests.Load(), answered: r.tal.answered.Load(), hungUp: r.tal.hungUp.Load()}
 	for _, e := range r.faultErrs {
 		out.violations++
 		out.details = append(out.details, "did not recover: "+e)
@@ -93,7 +127,7 @@ func runScenario(ctx context.Context, cfg *config, sc scenario, bin, dir string)
 		out.violations++
 		out.details = append(out.details, "key left in Redis after the locks finished: "+k)
 	}
-	r.judge(&out, dir)
+	r.judge(&out, dir, samples())
 	checkBatonGoroutines(ctx, top, &out, leakWait)
 	return out, nil
 }
@@ -105,7 +139,7 @@ func (r *trial) drive(ctx context.Context, sc scenario) error {
 	defer stop()
 	var wg sync.WaitGroup
 	for i := range r.cfg.clients {
-		w := newWorker(i, r.cfg, r.top.cls, &r.rec, &r.tal, r.locks, r.res)
+		w := newWorker(i, r)
 		wg.Add(1)
 		go func() { defer wg.Done(); w.run(wctx) }()
 	}
@@ -124,8 +158,9 @@ func (r *trial) drive(ctx context.Context, sc scenario) error {
 	return ctx.Err()
 }
 
-// judge checks the history and reads the resources into out.
-func (r *trial) judge(out *row, dir string) {
+// judge checks the history and the holds nobody knew of, and reads the
+// resources into out.
+func (r *trial) judge(out *row, dir string, samples []check.Sample) {
 	ops := r.rec.Ops()
 	grants, unknown, losses := 0, 0, 0
 	for _, o := range ops {
@@ -169,16 +204,41 @@ func (r *trial) judge(out *row, dir string) {
 				s.Newer.Lease, s.Newer.Fence, s.Newer.GrantFrom.Format("15:04:05.000")))
 		}
 	}
-	out.summary = fmt.Sprintf("%d faults (%d with data loss), %d grants, %d outcomes unknown, %d writes accepted; "+
-		"porcupine checked %d operations over %d locks in %v",
-		r.faults, losses, grants, unknown, writes, res.Checked, res.Locks, took.Round(time.Millisecond))
-	if r.cfg.keep || out.violations > 0 || out.staleAccepted > 0 || out.inconclusive > 0 {
+	r.mu.Lock()
+	spans, crashes := append([]check.Span(nil), r.spans...), append([]check.Crash(nil), r.crashes...)
+	r.mu.Unlock()
+	out.orphans = check.Orphans(ops, samples, r.cfg.ticketTTL, spans, nil, crashes)
+	for _, o := range out.orphans.Orphans {
+		out.details = append(out.details, o.String())
+	}
+	for _, o := range out.orphans.GrantedGone {
+		out.details = append(out.details, fmt.Sprintf("granted %v after its client had hung up, and answered: %s",
+			o.AcquiredAt.Sub(o.HungAt).Round(time.Millisecond), o))
+	}
+	for _, o := range out.orphans.Crashed {
+		out.details = append(out.details, "not counted, its Baton process was killed (SIGKILL) before it could undo it: "+o.String())
+	}
+	out.summary = fmt.Sprintf("%d faults (%d with data loss), %d grants, %d outcomes unknown (%d hung up), %d writes accepted; "+
+		"porcupine checked %d operations over %d locks in %v; %d holds nobody knew of, %d orphans; "+
+		"%d hung-up requests answered with a grant",
+		r.faults, losses, grants, unknown, out.hungUp, writes, res.Checked, res.Locks, took.Round(time.Millisecond),
+		out.orphans.Unknown, out.orphans.Count(), out.orphans.Answered)
+	if r.cfg.keep || out.violations > 0 || out.staleAccepted > 0 || out.inconclusive > 0 || out.orphans.Count() > 0 {
 		p := filepath.Join(dir, "history.txt")
 		if err := writeHistory(p, ops); err == nil {
 			out.details = append(out.details, "full history: "+p)
 		}
+		if out.orphans.Count() > 0 || r.cfg.keep {
+			p := filepath.Join(dir, "samples.txt")
+			if err := writeSamples(p, samples); err == nil {
+				out.details = append(out.details, "the sampler's readings: "+p)
+			}
+		}
 	}
 }
+
+// raceLocks is how many locks the races have to themselves.
+const raceLocks = 2
 
 func writeHistory(path string, ops []check.Op) error {
 	f, err := os.Create(path)
@@ -187,6 +247,21 @@ func writeHistory(path string, ops []check.Op) error {
 	}
 	for _, o := range ops {
 		fmt.Fprintf(f, "%-14s %s\n", o.Lock, o)
+	}
+	return f.Close()
+}
+
+// writeSamples writes the sampler's readings of held locks, one a line.
+func writeSamples(path string, samples []check.Sample) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	for _, s := range samples {
+		if s.Held {
+			fmt.Fprintf(f, "%s %-14s fence=%d owner=%s granted=%s pttl=%v (read by %s)\n", s.Sent.Format("15:04:05.000000"),
+				s.Lock, s.Fence, s.Owner, s.GrantedAt.Format("15:04:05.000"), s.PTTL, s.Got.Format("15:04:05.000000"))
+		}
 	}
 	return f.Close()
 }
