@@ -56,6 +56,11 @@ type config struct {
 	maxPoll        time.Duration // the longest wait_ms of a ticket poll
 	ticketTTL      time.Duration // BATON_TICKET_TTL
 	hangUps        float64       // the share of a worker's cycles in which it hangs up (hangup.go)
+	expiryRaces    float64       // the share in which it takes a lock at the moment its lease runs out (expiry.go)
+
+	watchers   int           // clients that only watch (watcher.go)
+	maxWatch   time.Duration // the longest wait_ms of a watch
+	watchSlack time.Duration // what a watch's lag may exceed check.WatchBound by: clocks and scheduling
 
 	pubsubEvery, redisEvery, batonEvery time.Duration // how often each fault is injected
 	down                                time.Duration // how long a killed process stays down
@@ -70,7 +75,9 @@ func quickConfig() config {
 	return config{
 		clients: 32, locks: 6, duration: 20 * time.Second, tail: 2 * time.Second, maxOps: 4000,
 		minTTL: 200 * time.Millisecond, maxTTL: 800 * time.Millisecond, longTTL: 4 * time.Second,
-		maxWait: 800 * time.Millisecond, maxPoll: 800 * time.Millisecond, ticketTTL: time.Second, hangUps: 0.12,
+		maxWait: 800 * time.Millisecond, maxPoll: 800 * time.Millisecond, ticketTTL: time.Second,
+		hangUps: 0.12, expiryRaces: 0.03,
+		watchers: 6, maxWatch: 1500 * time.Millisecond, watchSlack: 50 * time.Millisecond,
 		pubsubEvery: time.Second, redisEvery: 3 * time.Second, batonEvery: 3 * time.Second,
 		down: 300 * time.Millisecond, checkTimeout: 20 * time.Second,
 	}
@@ -79,6 +86,7 @@ func quickConfig() config {
 func fullConfig() config {
 	c := quickConfig()
 	c.clients, c.locks, c.duration, c.tail, c.maxOps = 48, 8, 80*time.Second, 4*time.Second, 100000
+	c.watchers = 8
 	c.pubsubEvery, c.redisEvery, c.batonEvery = 1500*time.Millisecond, 7*time.Second, 7*time.Second
 	c.checkTimeout = time.Minute
 	return c

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -238,4 +239,19 @@ func (c *caller) release(name, lease string, fence int64) (*client.Released, che
 	}
 	c.finish(&op, err, nil)
 	return r, op
+}
+
+// watch long-polls the lock's state while it is held with fence; the answer
+// is kept in the record's detail.
+func (c *caller) watch(name string, fence int64, wait time.Duration) check.Op {
+	op, cl, _ := c.start(check.Watch, name, nil)
+	op.Fence, op.Wait = fence, wait
+	ctx, cancel := c.ctx(wait)
+	defer cancel()
+	st, err := cl.Watch(ctx, name, wait, &fence)
+	if err == nil {
+		op.Detail = fmt.Sprintf("answered held=%v fence=%d", st.Held, st.Fence)
+	}
+	c.finish(&op, err, nil)
+	return op
 }

@@ -84,6 +84,7 @@ type row struct {
 	details       []string // what the violations were, and other findings
 
 	orphans check.OrphanResult
+	watches check.WatchResult
 	hungUp  int64
 }
 
@@ -110,6 +111,8 @@ func runScenario(ctx context.Context, cfg *config, sc scenario, bin, dir string)
 	r.samp = startSampler(newSamplerClient(top.redis.Addr()), append(r.locks[:len(r.locks):len(r.locks)], r.race...))
 	samples := sync.OnceValue(r.samp.close)
 	defer samples() // the sampler stops on every return
+	stalls := sync.OnceValue(startStallMeter().close)
+	defer stalls()
 	if err := r.drive(ctx, sc); err != nil {
 		return row{}, fmt.Errorf("%s: %w", sc.name, err)
 	}
@@ -127,7 +130,7 @@ func runScenario(ctx context.Context, cfg *config, sc scenario, bin, dir string)
 		out.violations++
 		out.details = append(out.details, "key left in Redis after the locks finished: "+k)
 	}
-	r.judge(&out, dir, samples())
+	r.judge(&out, dir, samples(), stalls())
 	checkBatonGoroutines(ctx, top, &out, leakWait)
 	return out, nil
 }
@@ -140,6 +143,11 @@ func (r *trial) drive(ctx context.Context, sc scenario) error {
 	var wg sync.WaitGroup
 	for i := range r.cfg.clients {
 		w := newWorker(i, r)
+		wg.Add(1)
+		go func() { defer wg.Done(); w.run(wctx) }()
+	}
+	for i := range r.cfg.watchers {
+		w := newWatcher(r.cfg.clients+i, r.cfg, r.top.cls, &r.rec, &r.tal, append(r.locks[:len(r.locks):len(r.locks)], r.race...))
 		wg.Add(1)
 		go func() { defer wg.Done(); w.run(wctx) }()
 	}
@@ -158,9 +166,9 @@ func (r *trial) drive(ctx context.Context, sc scenario) error {
 	return ctx.Err()
 }
 
-// judge checks the history and the holds nobody knew of, and reads the
-// resources into out.
-func (r *trial) judge(out *row, dir string, samples []check.Sample) {
+// judge checks the history, the holds nobody knew of and the watches, and reads
+// the resources into out.
+func (r *trial) judge(out *row, dir string, samples []check.Sample, stalls []check.Span) {
 	ops := r.rec.Ops()
 	grants, unknown, losses := 0, 0, 0
 	for _, o := range ops {
@@ -207,7 +215,7 @@ func (r *trial) judge(out *row, dir string, samples []check.Sample) {
 	r.mu.Lock()
 	spans, crashes := append([]check.Span(nil), r.spans...), append([]check.Crash(nil), r.crashes...)
 	r.mu.Unlock()
-	out.orphans = check.Orphans(ops, samples, r.cfg.ticketTTL, spans, nil, crashes)
+	out.orphans = check.Orphans(ops, samples, r.cfg.ticketTTL, spans, stalls, crashes)
 	for _, o := range out.orphans.Orphans {
 		out.details = append(out.details, o.String())
 	}
@@ -218,17 +226,28 @@ func (r *trial) judge(out *row, dir string, samples []check.Sample) {
 	for _, o := range out.orphans.Crashed {
 		out.details = append(out.details, "not counted, its Baton process was killed (SIGKILL) before it could undo it: "+o.String())
 	}
+	out.watches = check.Watches(ops, samples, check.WatchBound+r.cfg.watchSlack, spans, stalls)
+	for i, l := range out.watches.Late {
+		if i == maxLate {
+			out.details = append(out.details, fmt.Sprintf("(and %d more late watches)", len(out.watches.Late)-maxLate))
+			break
+		}
+		out.details = append(out.details, l.String())
+	}
+	out.violations += len(out.watches.Late)
 	out.summary = fmt.Sprintf("%d faults (%d with data loss), %d grants, %d outcomes unknown (%d hung up), %d writes accepted; "+
 		"porcupine checked %d operations over %d locks in %v; %d holds nobody knew of, %d orphans; "+
-		"%d hung-up requests answered with a grant",
+		"%d hung-up requests answered with a grant; "+
+		"%d watches judged (%d late only by the runner's own stalls, %d excused by faults, %d errors); the runner stalled %d times, %v in all",
 		r.faults, losses, grants, unknown, out.hungUp, writes, res.Checked, res.Locks, took.Round(time.Millisecond),
-		out.orphans.Unknown, out.orphans.Count(), out.orphans.Answered)
+		out.orphans.Unknown, out.orphans.Count(), out.orphans.Answered, out.watches.Judged, out.watches.Stalled, out.watches.Excused, out.watches.Errors,
+		len(stalls), total(stalls).Round(time.Millisecond))
 	if r.cfg.keep || out.violations > 0 || out.staleAccepted > 0 || out.inconclusive > 0 || out.orphans.Count() > 0 {
 		p := filepath.Join(dir, "history.txt")
 		if err := writeHistory(p, ops); err == nil {
 			out.details = append(out.details, "full history: "+p)
 		}
-		if out.orphans.Count() > 0 || r.cfg.keep {
+		if out.orphans.Count() > 0 || len(out.watches.Late) > 0 || r.cfg.keep {
 			p := filepath.Join(dir, "samples.txt")
 			if err := writeSamples(p, samples); err == nil {
 				out.details = append(out.details, "the sampler's readings: "+p)
@@ -239,6 +258,9 @@ func (r *trial) judge(out *row, dir string, samples []check.Sample) {
 
 // raceLocks is how many locks the races have to themselves.
 const raceLocks = 2
+
+// maxLate is how many late watches the details show.
+const maxLate = 10
 
 func writeHistory(path string, ops []check.Op) error {
 	f, err := os.Create(path)
@@ -264,4 +286,13 @@ func writeSamples(path string, samples []check.Sample) error {
 		}
 	}
 	return f.Close()
+}
+
+// total is how long spans last in all.
+func total(spans []check.Span) time.Duration {
+	var d time.Duration
+	for _, s := range spans {
+		d += s.To.Sub(s.From)
+	}
+	return d
 }

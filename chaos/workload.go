@@ -28,7 +28,7 @@ type worker struct {
 	cfg   *config
 	rng   *rand.Rand
 	locks []string // the workload's locks
-	race  []string // the locks of the races (raceRelease), which nobody else queues for
+	race  []string // the locks of the races (raceRelease, expiryRace), which nobody else queues for
 	res   map[string]*check.Resource
 	ops   *atomic.Int64 // requests made by this worker
 	seq   int           // acquires made, for their owner labels
@@ -76,8 +76,12 @@ func (w *worker) backoff() { time.Sleep(w.dur(50*time.Millisecond, 250*time.Mill
 
 func (w *worker) cycle(ctx context.Context) {
 	name := w.locks[w.rng.IntN(len(w.locks))]
-	if w.chance(w.cfg.hangUps) {
+	switch p := w.rng.Float64(); {
+	case p < w.cfg.hangUps:
 		w.hangUp(ctx, name)
+		return
+	case p < w.cfg.hangUps+w.cfg.expiryRaces:
+		w.expiryRace(ctx)
 		return
 	}
 	ttl := w.dur(w.cfg.minTTL, w.cfg.maxTTL)
