@@ -64,6 +64,7 @@ type config struct {
 
 	pubsubEvery, redisEvery, batonEvery time.Duration // how often each fault is injected
 	down                                time.Duration // how long a killed process stays down
+	freezeMin, freezeMax                time.Duration // how long a frozen Redis stays frozen (slow.go)
 
 	settle       time.Duration // how long leftovers may take to expire after the workload
 	checkTimeout time.Duration // porcupine's time per lock history
@@ -79,7 +80,8 @@ func quickConfig() config {
 		hangUps: 0.12, expiryRaces: 0.03,
 		watchers: 6, maxWatch: 1500 * time.Millisecond, watchSlack: 50 * time.Millisecond,
 		pubsubEvery: time.Second, redisEvery: 3 * time.Second, batonEvery: 3 * time.Second,
-		down: 300 * time.Millisecond, checkTimeout: 20 * time.Second,
+		down: 300 * time.Millisecond, freezeMin: 3 * time.Second, freezeMax: 5 * time.Second,
+		checkTimeout: 20 * time.Second,
 	}
 }
 

@@ -29,7 +29,9 @@ func scenarios() []scenario {
 		{name: "redis-kill", inject: killRedis(true)},
 		{name: "redis-kill-aof", redisArgs: []string{"--appendonly", "yes", "--appendfsync", "always"}, inject: killRedis(false)},
 		{name: "baton-kill", inject: killBaton},
-		sentinelFailover(false), sentinelFailover(true), // sentinel.go
+		{name: "slow-redis", inject: slowRedis},            // slow.go
+		{name: "sigterm-mid-call", inject: sigtermMidCall}, // slow.go
+		sentinelFailover(false), sentinelFailover(true),    // sentinel.go
 		{name: "net-latency", proxied: true, inject: netLatency},
 		{name: "net-reset", proxied: true, inject: netReset},
 		{name: "net-blackhole-short", proxied: true, inject: netBlackhole(false)},

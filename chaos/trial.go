@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
@@ -24,7 +25,9 @@ type trial struct {
 	res    map[string]*check.Resource // one per lock
 	probes int
 
-	samp *sampler
+	samp   *sampler
+	rng    *rand.Rand // the fault injector's
+	caller caller     // the fault injector's own requests (slow.go)
 
 	mu        sync.Mutex
 	faults    int
@@ -32,6 +35,7 @@ type trial struct {
 	faultErrs []string
 	spans     []check.Span  // the faults, each until the service recovered
 	crashes   []check.Crash // Baton processes killed with SIGKILL
+	notes     []string      // findings of the fault injectors, for the details
 }
 
 // fault waits for the service to recover from a fault that ran from start to
@@ -68,6 +72,13 @@ func (r *trial) crash(i int, at time.Time) {
 	r.crashes = append(r.crashes, check.Crash{Server: i, At: at})
 }
 
+// note records a finding of a fault injector for the details.
+func (r *trial) note(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.notes = append(r.notes, fmt.Sprintf(format, args...))
+}
+
 // row is one scenario's figures.
 type row struct {
 	name          string
@@ -99,7 +110,9 @@ func runScenario(ctx context.Context, cfg *config, sc scenario, bin, dir string)
 		return row{}, err
 	}
 	defer top.stop()
-	r := &trial{cfg: cfg, top: top, res: map[string]*check.Resource{}}
+	r := &trial{cfg: cfg, top: top, res: map[string]*check.Resource{},
+		rng: rand.New(rand.NewPCG(cfg.seed, uint64(1<<32)))}
+	r.caller = caller{id: -2, cls: top.cls, bases: top.bases, rec: &r.rec, tal: &r.tal, pick: func() int { return 0 }}
 	for i := range cfg.locks {
 		name := sc.name + "-" + strconv.Itoa(i)
 		r.locks = append(r.locks, name)
@@ -122,6 +135,7 @@ func runScenario(ctx context.Context, cfg *config, sc scenario, bin, dir string)
 		out.violations++
 		out.details = append(out.details, "did not recover: "+e)
 	}
+	out.details = append(out.details, r.notes...)
 	leaks, err := awaitNoLeaks(ctx, top.rdb, cfg.settle)
 	if err != nil {
 		return row{}, fmt.Errorf("%s: leak check: %w", sc.name, err)
