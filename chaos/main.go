@@ -55,6 +55,7 @@ type config struct {
 	maxWait        time.Duration // the longest wait_ms of an acquire
 	maxPoll        time.Duration // the longest wait_ms of a ticket poll
 	ticketTTL      time.Duration // BATON_TICKET_TTL
+	fenceGuard     time.Duration // BATON_FENCE_GUARD
 	hangUps        float64       // the share of a worker's cycles in which it hangs up (hangup.go)
 	expiryRaces    float64       // the share in which it takes a lock at the moment its lease runs out (expiry.go)
 
@@ -77,7 +78,7 @@ func quickConfig() config {
 		clients: 32, locks: 6, duration: 20 * time.Second, tail: 2 * time.Second, maxOps: 4000,
 		minTTL: 200 * time.Millisecond, maxTTL: 800 * time.Millisecond, longTTL: 4 * time.Second,
 		maxWait: 800 * time.Millisecond, maxPoll: 800 * time.Millisecond, ticketTTL: time.Second,
-		hangUps: 0.12, expiryRaces: 0.03,
+		fenceGuard: 2 * time.Second, hangUps: 0.12, expiryRaces: 0.03,
 		watchers: 6, maxWatch: 1500 * time.Millisecond, watchSlack: 50 * time.Millisecond,
 		pubsubEvery: time.Second, redisEvery: 3 * time.Second, batonEvery: 3 * time.Second,
 		down: 300 * time.Millisecond, freezeMin: 3 * time.Second, freezeMax: 5 * time.Second,

@@ -104,7 +104,8 @@ func runScenario(ctx context.Context, cfg *config, sc scenario, bin, dir string)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return row{}, err
 	}
-	env := append([]string{"BATON_TICKET_TTL=" + cfg.ticketTTL.String()}, sc.batonEnv...)
+	env := append([]string{"BATON_TICKET_TTL=" + cfg.ticketTTL.String(), "BATON_FENCE_GUARD=" + cfg.fenceGuard.String()},
+		sc.batonEnv...)
 	top, err := startTopology(dir, bin, 2, sc.redisArgs, env, sc.proxied)
 	if err != nil {
 		return row{}, err
@@ -136,13 +137,8 @@ func runScenario(ctx context.Context, cfg *config, sc scenario, bin, dir string)
 		out.details = append(out.details, "did not recover: "+e)
 	}
 	out.details = append(out.details, r.notes...)
-	leaks, err := awaitNoLeaks(ctx, top.rdb, cfg.settle)
-	if err != nil {
+	if err := r.checkKeys(ctx, &out); err != nil {
 		return row{}, fmt.Errorf("%s: leak check: %w", sc.name, err)
-	}
-	for _, k := range leaks {
-		out.violations++
-		out.details = append(out.details, "key left in Redis after the locks finished: "+k)
 	}
 	r.judge(&out, dir, samples(), stalls())
 	checkBatonGoroutines(ctx, top, &out, leakWait)
