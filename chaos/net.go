@@ -132,7 +132,11 @@ func netFault(ctx context.Context, r *trial, typ string, attrs map[string]any, o
 		}
 		// Latency slows Baton's calls to Redis, but they are answered: only a late
 		// watch is excused by it.
-		r.fault(added, time.Now(), typ != "latency", "toxic "+typ)
+		imp := lostRedis
+		if typ == "latency" {
+			imp = slowed
+		}
+		r.fault(added, time.Now(), imp, "toxic "+typ)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/batonhq/baton/chaos/check"
@@ -63,7 +64,7 @@ func killPubSub(ctx context.Context, r *trial) error {
 		if err := r.top.rdb.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil && ctx.Err() == nil {
 			return fmt.Errorf("client kill: %w", err)
 		}
-		r.fault(at, at, false, "pub/sub connections killed")
+		r.fault(at, at, lostPubSub, "pub/sub connections killed")
 		return nil
 	})
 }
@@ -87,7 +88,7 @@ func killRedis(loss bool) func(context.Context, *trial) error {
 			if err != nil {
 				return fmt.Errorf("restart redis: %w", err)
 			}
-			r.fault(killed, restarted, true, "redis-server killed")
+			r.fault(killed, restarted, lostRedis, "redis-server killed")
 			return nil
 		})
 	}
@@ -97,6 +98,8 @@ func killRedis(loss bool) func(context.Context, *trial) error {
 // in long-polls, and starts it again on the same port.
 func killBaton(ctx context.Context, r *trial) error {
 	n := 0
+	var kills []string
+	defer func() { r.note("Baton processes killed (SIGKILL) at %s", strings.Join(kills, ", ")) }()
 	return every(ctx, r.cfg.batonEvery, func() error {
 		i := n % len(r.top.batons)
 		b := r.top.batons[i]
@@ -106,13 +109,14 @@ func killBaton(ctx context.Context, r *trial) error {
 		}
 		killed := time.Now()
 		r.crash(i, killed)
+		kills = append(kills, killed.Format("15:04:05.000")+" ("+b.name+")")
 		b.kill()
 		time.Sleep(r.cfg.down)
 		restarted := time.Now()
 		if err := b.start(); err != nil {
 			return err
 		}
-		r.fault(killed, restarted, false, "baton "+b.name+" killed")
+		r.fault(killed, restarted, onServer(i), "baton "+b.name+" killed")
 		return nil
 	})
 }

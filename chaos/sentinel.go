@@ -140,7 +140,7 @@ func runSentinel(ctx context.Context, r *trial, name string, wait bool) error {
 		// replica of the new one: what an operator or Sentinel itself would make
 		// of it. Recovery is timed from the kill.
 		recovered := make(chan struct{})
-		go func() { r.fault(killed, killed, true, "master killed, Sentinel failover"); close(recovered) }()
+		go func() { r.fault(killed, killed, lostRedis, "master killed, Sentinel failover"); close(recovered) }()
 		err = master.Restart()
 		if err == nil {
 			err = replicaOf(ctx, master, replica)

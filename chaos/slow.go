@@ -48,7 +48,7 @@ func slowRedis(ctx context.Context, r *trial) error {
 		time.Sleep(freeze) // Redis is thawed even when ctx ends meanwhile
 		r.top.redis.Thaw()
 		thawed := time.Now()
-		r.fault(stopped, thawed, true, "redis-server frozen")
+		r.fault(stopped, thawed, lostRedis, "redis-server frozen")
 		calls()
 	}
 	return nil
@@ -78,7 +78,7 @@ func sigtermMidCall(ctx context.Context, r *trial) error {
 		time.Sleep(time.Until(stopped.Add(freeze))) // Redis is thawed even when ctx ends meanwhile
 		r.top.redis.Thaw()
 		thawed := time.Now()
-		r.span(stopped, thawed, true, "redis-server frozen")
+		r.span(stopped, thawed, lostRedis, "redis-server frozen")
 		clean := b.awaitExit(stopGrace)
 		exits = append(exits, time.Since(termed))
 		if !clean {
@@ -91,7 +91,7 @@ func sigtermMidCall(ctx context.Context, r *trial) error {
 		if err := b.start(); err != nil {
 			return err
 		}
-		r.fault(stopped, restarted, false, "baton "+b.name+" terminated mid-call")
+		r.fault(stopped, restarted, onServer(i), "baton "+b.name+" terminated mid-call")
 	}
 	if len(exits) > 0 {
 		slices.Sort(exits)

@@ -27,7 +27,10 @@ type Sample struct {
 type Span struct {
 	From, To time.Time
 	Redis    bool
-	What     string
+	// Server, when not 0, is 1 + the index of the one Baton process the fault
+	// concerned (a process killed): it excuses only that process's watches.
+	Server int
+	What   string
 }
 
 // Crash is a Baton process killed with SIGKILL: what it had yet to undo is lost

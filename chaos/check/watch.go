@@ -96,7 +96,7 @@ func Watches(ops []Op, samples []Sample, bound time.Duration, spans, stalls []Sp
 			continue // the lock did not change while it waited: it ran its wait out
 		}
 		start := maxTime(change, w.Call)
-		if disturbed(spans, start, start.Add(bound)) {
+		if disturbed(spans, w.Server, start, start.Add(bound)) {
 			res.Excused++
 			continue
 		}
@@ -180,10 +180,11 @@ func leaseEnd(ops []Op, lease string) time.Time {
 	return end
 }
 
-// disturbed reports whether any span overlaps [from, to].
-func disturbed(spans []Span, from, to time.Time) bool {
+// disturbed reports whether any span that concerned Baton process server
+// overlaps [from, to].
+func disturbed(spans []Span, server int, from, to time.Time) bool {
 	for _, s := range spans {
-		if !s.From.After(to) && !s.To.Before(from) {
+		if (s.Server == 0 || s.Server == server+1) && !s.From.After(to) && !s.To.Before(from) {
 			return true
 		}
 	}

@@ -58,6 +58,12 @@ func TestWatches(t *testing.T) {
 			excused: 1,
 		},
 		{
+			name:   "a fault that concerned another Baton process excuses nothing",
+			ops:    []Op{a, grant(2, "B", 11, 10, 800, 1000), watch(10, 20, 802)},
+			spans:  []Span{{From: ms(480), To: ms(600), Server: 2}},
+			judged: 1, late: 1,
+		},
+		{
 			name:    "late only by the runner's own stall",
 			ops:     []Op{a, grant(2, "B", 11, 10, 800, 1000), watch(10, 20, 802)},
 			stalls:  []Span{{From: ms(520), To: ms(790)}},
