@@ -48,9 +48,9 @@ func (r *trial) checkKeys(ctx context.Context, out *row) error {
 				k.kind(), after, r.cfg.fenceGuard, k))
 		}
 	}
-	for kind, n := range shown {
-		if n > maxKeys {
-			out.details = append(out.details, fmt.Sprintf("(and %d more: %d %ss left in all)", n-maxKeys, n, kind))
+	for _, kind := range []string{"key", "fence key", "tombstone of an abandoned request"} {
+		if n := shown[kind]; n > maxKeys {
+			out.details = append(out.details, fmt.Sprintf("(and %d more, %d in all, of the kind: %s)", n-maxKeys, n, kind))
 		}
 	}
 	return nil
