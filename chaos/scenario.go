@@ -59,8 +59,11 @@ func every(ctx context.Context, interval time.Duration, f func() error) error {
 
 // killPubSub closes every pub/sub connection to Redis (CLIENT KILL TYPE pubsub).
 func killPubSub(ctx context.Context, r *trial) error {
+	var kills []string
+	defer func() { r.note("pub/sub connections killed at %s", strings.Join(kills, ", ")) }()
 	return every(ctx, r.cfg.pubsubEvery, func() error {
 		at := time.Now()
+		kills = append(kills, at.Format("15:04:05.000"))
 		if err := r.top.rdb.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil && ctx.Err() == nil {
 			return fmt.Errorf("client kill: %w", err)
 		}
