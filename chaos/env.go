@@ -33,6 +33,7 @@ type topology struct {
 	rdb    *redis.Client // for injecting faults and inspecting keys
 	batons []*baton
 	cls    []*client.Client // one per Baton process, same order
+	bases  []string         // their base URLs, same order
 	hc     *http.Client     // the clients' transport, closed at the end
 }
 
@@ -102,7 +103,7 @@ func startTopology(dir, bin string, n int, redisArgs []string, batonEnv []string
 				"BATON_ADDR=127.0.0.1:" + strconv.Itoa(port), "BATON_REDIS_URL=" + redisURL,
 				"BATON_DEBUG_ADDR=127.0.0.1:" + strconv.Itoa(debugPort),
 				"BATON_KEY_PREFIX=" + keyPrefix, "BATON_LOG_LEVEL=warn", "BATON_LOG_FORMAT=json",
-				"BATON_SHUTDOWN_DELAY=0s", "BATON_SHUTDOWN_TIMEOUT=8s",
+				"BATON_SHUTDOWN_DELAY=0s", // BATON_SHUTDOWN_TIMEOUT: the default (stopGrace)
 			}, batonEnv...),
 		}
 		if err := b.start(); err != nil {
@@ -112,6 +113,7 @@ func startTopology(dir, bin string, n int, redisArgs []string, batonEnv []string
 		}
 		t.batons = append(t.batons, b)
 		t.cls = append(t.cls, client.New(b.base, client.WithHTTPClient(t.hc)))
+		t.bases = append(t.bases, b.base)
 	}
 	return t, nil
 }
@@ -208,22 +210,47 @@ func (b *baton) kill() {
 	b.cmd = nil
 }
 
-// stop sends SIGTERM, then SIGKILL after a grace period.
-func (b *baton) stop() {
+// stopGrace is how long a Baton process gets to exit after SIGTERM: its
+// default BATON_SHUTDOWN_TIMEOUT (10s) for the requests in flight, then
+// store.Close's wait for the Redis calls in flight (store.WorstCall, 8s) and for
+// the abandoned requests to be undone (5s).
+const stopGrace = 30 * time.Second
+
+// stop sends SIGTERM, then SIGKILL if the process has not exited within
+// stopGrace; it reports whether the process exited by itself.
+func (b *baton) stop() bool {
+	b.terminate()
+	return b.awaitExit(stopGrace)
+}
+
+// terminate sends SIGTERM, as a deploy or an operator would, and returns at once.
+func (b *baton) terminate() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cmd != nil {
+		_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	}
+}
+
+// awaitExit waits up to d for the process to exit, then kills it (SIGKILL); it
+// reports whether the process exited by itself.
+func (b *baton) awaitExit(d time.Duration) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.cmd == nil {
-		return
+		return true
 	}
-	_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	clean := true
 	select {
 	case <-b.exited:
-	case <-time.After(5 * time.Second):
+	case <-time.After(d):
+		clean = false
 		_ = b.cmd.Process.Kill()
 		<-b.exited
 	}
 	b.logf.Close()
 	b.cmd = nil
+	return clean
 }
 
 // gauge reads one metric without labels from /metrics; -1 when unreadable.

@@ -9,15 +9,100 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// awaitNoLeaks waits up to settle for Redis to hold no key of Baton's but fences:
-// once the workload has ended, every lease, ticket and queue runs out within the
-// longest lease and poll plus two ticket ttls (a ticket's life, then an unclaimed
-// grant's window). It returns the keys still there at the end, each with its type
-// and remaining ttl.
-func awaitNoLeaks(ctx context.Context, rdb *redis.Client, settle time.Duration) ([]string, error) {
-	deadline := time.Now().Add(settle)
+// checkKeys checks what the workload left in Redis (issue 16). Once the
+// workload has ended, every hold, ticket and queue must be gone within settle
+// (awaitNoLeaks): at that moment the locks have finished. Then each name's fence
+// key may outlive its last grant, hold and ticket by BATON_FENCE_GUARD and no
+// more, and nothing else of the name may be left at all (README, Guarantees:
+// "After a name's last hold and ticket end, Redis keeps only its fence key, for
+// BATON_FENCE_GUARD; then nothing of the name"); so fenceGuard after the locks
+// finished (plus guardSlack for the runner's own reading) no key may be left.
+// Each key left is a violation, reported once, with its type and remaining ttl.
+func (r *trial) checkKeys(ctx context.Context, out *row) error {
+	leaks, err := awaitNoLeaks(ctx, r.top.rdb, r.cfg.settle)
+	if err != nil {
+		return err
+	}
+	reported := map[string]bool{}
+	shown := map[string]int{} // details per kind of key: the first maxKeys
+	for _, k := range leaks {
+		out.violations++
+		reported[k.name] = true
+		if shown[k.kind()]++; shown[k.kind()] <= maxKeys {
+			out.details = append(out.details, "key left in Redis after the locks finished: "+k.String())
+		}
+	}
+	finished := time.Now()
+	left, err := awaitKeys(ctx, r.top.rdb, r.cfg.fenceGuard+guardSlack, func(string) bool { return false })
+	if err != nil {
+		return err
+	}
+	after := time.Since(finished).Round(time.Millisecond)
+	for _, k := range left {
+		if reported[k.name] {
+			continue
+		}
+		out.violations++
+		if shown[k.kind()]++; shown[k.kind()] <= maxKeys {
+			out.details = append(out.details, fmt.Sprintf("%s left in Redis %v after the locks finished (BATON_FENCE_GUARD %v): %s",
+				k.kind(), after, r.cfg.fenceGuard, k))
+		}
+	}
+	for _, kind := range []string{"key", "fence key", "tombstone of an abandoned request"} {
+		if n := shown[kind]; n > maxKeys {
+			out.details = append(out.details, fmt.Sprintf("(and %d more, %d in all, of the kind: %s)", n-maxKeys, n, kind))
+		}
+	}
+	return nil
+}
+
+// maxKeys is how many keys left of each kind the details show.
+const maxKeys = 5
+
+// guardSlack is how much longer than the fence guard the last fence key may
+// take to be seen gone: Redis expires a key at its deadline (a read of an expired
+// key finds nothing), so this is only the runner's own pace.
+const guardSlack = 500 * time.Millisecond
+
+// awaitNoLeaks waits up to settle for Redis to hold no hold, ticket or queue of
+// Baton's: once the workload has ended, every lease, ticket and queue runs out
+// within the longest lease and poll plus two ticket ttls (a ticket's life, then
+// an unclaimed grant's window). Fence keys and the tombstones of abandoned
+// requests (P:{N}:x:<lease hash>, store/abandon.go) are left to the guard
+// check. It returns the keys still there at the end.
+func awaitNoLeaks(ctx context.Context, rdb *redis.Client, settle time.Duration) ([]key, error) {
+	return awaitKeys(ctx, rdb, settle, func(k string) bool { return isFence(k) || isTombstone(k) })
+}
+
+func isFence(k string) bool { return strings.HasSuffix(k, ":fence") }
+
+func isTombstone(k string) bool { return strings.Contains(k, "}:x:") }
+
+// key is a key of Baton's found in Redis.
+type key struct {
+	name, typ string
+	pttl      time.Duration
+}
+
+func (k key) String() string { return fmt.Sprintf("%s (%s, pttl %v)", k.name, k.typ, k.pttl) }
+
+// kind names what a key is, for the report.
+func (k key) kind() string {
+	switch {
+	case isFence(k.name):
+		return "fence key"
+	case isTombstone(k.name):
+		return "tombstone of an abandoned request"
+	}
+	return "key"
+}
+
+// awaitKeys waits up to wait for Redis to hold no key of Baton's but those
+// skip skips, and returns those still there then.
+func awaitKeys(ctx context.Context, rdb *redis.Client, wait time.Duration, skip func(string) bool) ([]key, error) {
+	deadline := time.Now().Add(wait)
 	for {
-		left, err := nonFenceKeys(ctx, rdb)
+		left, err := keysLeft(ctx, rdb, skip)
 		if err != nil || len(left) == 0 || time.Now().After(deadline) {
 			return left, err
 		}
@@ -25,12 +110,13 @@ func awaitNoLeaks(ctx context.Context, rdb *redis.Client, settle time.Duration) 
 	}
 }
 
-func nonFenceKeys(ctx context.Context, rdb *redis.Client) ([]string, error) {
-	var left []string
+// keysLeft lists Baton's keys but those skip skips.
+func keysLeft(ctx context.Context, rdb *redis.Client, skip func(string) bool) ([]key, error) {
+	var left []key
 	iter := rdb.Scan(ctx, 0, keyPrefix+":*", 1000).Iterator()
 	for iter.Next(ctx) {
 		k := iter.Val()
-		if strings.HasSuffix(k, ":fence") {
+		if skip(k) {
 			continue
 		}
 		pttl, err := rdb.PTTL(ctx, k).Result()
@@ -41,7 +127,7 @@ func nonFenceKeys(ctx context.Context, rdb *redis.Client) ([]string, error) {
 			continue
 		}
 		typ, _ := rdb.Type(ctx, k).Result()
-		left = append(left, fmt.Sprintf("%s (%s, pttl %v)", k, typ, pttl))
+		left = append(left, key{name: k, typ: typ, pttl: pttl})
 	}
 	return left, iter.Err()
 }

@@ -1,29 +1,41 @@
-// Command chaos runs Baton under faults and checks what its clients saw (issue 5).
+// Command chaos runs Baton under faults and checks what its clients saw (issues
+// 5, 16 and 17).
 //
 // Each scenario starts a fresh redis-server and two Baton processes built from
 // this tree, on free loopback ports, and runs a workload of concurrent clients
 // (fair and non-fair acquires, re-entries, renewals, releases, holders that stop
-// renewing and write on, waiters that stop polling) while it injects its fault
-// again and again. Every request is recorded; each lock's history is then checked
-// with porcupine against a model of a fenced, reentrant lock with expiring leases
-// (chaos/check), and every holder's writes go through a fenced resource that
-// counts the stale writes it rejected and any it should not have accepted. After
-// the workload Redis must hold no key of the finished locks but their fences, and
-// neither this program nor the Baton processes may have goroutines left over
-// (goroutines.go).
+// renewing and write on, waiters that stop polling, clients that hang up in the
+// middle of a request, locks taken the moment a lease runs out) and of watchers
+// (long-polls of a lock's state), while it injects its fault again and again.
+// Every request is recorded; each lock's history is then checked with porcupine
+// against a model of a fenced, reentrant lock with expiring leases (chaos/check),
+// and every holder's writes go through a fenced resource that counts the stale
+// writes it rejected and any it should not have accepted. A sampler reads the
+// lock hashes in Redis every 50 ms (sampler.go), so that holds no client was told
+// of can be timed: none may outlive the ticket ttl (check.Orphans); and every
+// watch must have returned within 50 ms of its lock changing hands
+// (check.Watches). After the workload Redis must hold no hold, ticket or queue
+// of the finished locks, and BATON_FENCE_GUARD (2s here) later no key at all
+// (leaks.go); and neither this program nor the Baton processes may have
+// goroutines left over (goroutines.go).
 //
-//	go run ./chaos         # quick: about five minutes
-//	go run ./chaos -full   # full: about seventeen minutes, under twenty
+//	go run ./chaos         # quick: about six minutes, under eight
+//	go run ./chaos -full   # full: about eighteen minutes, under twenty
 //
-// It prints a table and ends with the line
-// "chaos: N scenarios, V violations, S stale writes accepted", exiting 1 when V or
-// S is above zero, and 2 when the run itself failed. Columns: the requests the
-// workload made; violations (lock histories no legal order explains, answers
-// outside the contract, keys left in Redis, leftover goroutines, faults the
-// service did not recover from within 30s); stale writes the fenced resources accepted and rejected; the
-// requests answered with a status below 500; and the time from the end of each
-// fault (the killed process started again; a killed connection at once) until a
-// lock is handed over between the two Baton processes, both ways, within a second.
+// It prints a table and ends with the line "chaos: N scenarios, V violations, S
+// stale writes accepted, O orphan holds", exiting 1 when V, S or O is above
+// zero, and 2 when the run itself failed. Columns: the requests the workload
+// made; violations (lock histories no legal order explains, answers outside the
+// contract, keys left in Redis, leftover goroutines, faults the service did not
+// recover from within 30s, watches that returned late); stale writes the fenced
+// resources accepted and rejected; the requests answered with a status below
+// 500 (requests whose client hung up are not counted); orphan holds: holds no
+// client was told of that lasted longer than the ticket ttl (of those seen, and
+// the longest any lasted); the watches' lag behind the change they waited for
+// (p99, worst, and how many were late, of those judged); and the time from the
+// end of each fault (the killed process started again; a killed connection at
+// once) until a lock is handed over between the two Baton processes, both ways,
+// within a second.
 package main
 
 import (
@@ -38,6 +50,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 )
 
@@ -54,9 +67,17 @@ type config struct {
 	maxWait        time.Duration // the longest wait_ms of an acquire
 	maxPoll        time.Duration // the longest wait_ms of a ticket poll
 	ticketTTL      time.Duration // BATON_TICKET_TTL
+	fenceGuard     time.Duration // BATON_FENCE_GUARD
+	hangUps        float64       // the share of a worker's cycles in which it hangs up (hangup.go)
+	expiryRaces    float64       // the share in which it takes a lock at the moment its lease runs out (expiry.go)
+
+	watchers   int           // clients that only watch (watcher.go)
+	maxWatch   time.Duration // the longest wait_ms of a watch
+	watchSlack time.Duration // what a watch's lag may exceed check.WatchBound by: clocks and scheduling
 
 	pubsubEvery, redisEvery, batonEvery time.Duration // how often each fault is injected
 	down                                time.Duration // how long a killed process stays down
+	freezeMin, freezeMax                time.Duration // how long a frozen Redis stays frozen (slow.go)
 
 	settle       time.Duration // how long leftovers may take to expire after the workload
 	checkTimeout time.Duration // porcupine's time per lock history
@@ -69,20 +90,29 @@ func quickConfig() config {
 		clients: 32, locks: 6, duration: 20 * time.Second, tail: 2 * time.Second, maxOps: 4000,
 		minTTL: 200 * time.Millisecond, maxTTL: 800 * time.Millisecond, longTTL: 4 * time.Second,
 		maxWait: 800 * time.Millisecond, maxPoll: 800 * time.Millisecond, ticketTTL: time.Second,
+		fenceGuard: 2 * time.Second, hangUps: 0.12, expiryRaces: 0.03,
+		watchers: 6, maxWatch: 1500 * time.Millisecond, watchSlack: 50 * time.Millisecond,
 		pubsubEvery: time.Second, redisEvery: 3 * time.Second, batonEvery: 3 * time.Second,
-		down: 300 * time.Millisecond, checkTimeout: 20 * time.Second,
+		down: 300 * time.Millisecond, freezeMin: 3 * time.Second, freezeMax: 5 * time.Second,
+		checkTimeout: 20 * time.Second,
 	}
 }
 
 func fullConfig() config {
 	c := quickConfig()
-	c.clients, c.locks, c.duration, c.tail, c.maxOps = 48, 8, 80*time.Second, 4*time.Second, 100000
+	// 14 scenarios of 70s, each with its start, checks and waits for keys to
+	// expire (about 10s more), stay under twenty minutes.
+	c.clients, c.locks, c.duration, c.tail, c.maxOps = 48, 8, 70*time.Second, 4*time.Second, 100000
+	c.watchers = 8
 	c.pubsubEvery, c.redisEvery, c.batonEvery = 1500*time.Millisecond, 7*time.Second, 7*time.Second
 	c.checkTimeout = time.Minute
 	return c
 }
 
 func main() {
+	// go-redis prints its clients' failed dials; the runner's clients report
+	// their own errors, and the faults it injects make those prints noise.
+	redis.SetLogger(quiet{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	code, err := run(ctx, os.Args[1:], os.Stdout)
@@ -166,10 +196,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 		rows = append(rows, r)
 	}
 
-	v, s, inconclusive := 0, 0, 0
+	v, s, o, inconclusive := 0, 0, 0, 0
 	for _, r := range rows {
 		v += r.violations
 		s += r.staleAccepted
+		o += r.orphans.Count()
 		inconclusive += r.inconclusive
 		for _, d := range r.details {
 			fmt.Fprintf(stdout, "%s: %s\n", r.name, d)
@@ -177,18 +208,23 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	}
 	fmt.Fprintln(stdout)
 	printTable(stdout, rows)
-	if v == 0 && s == 0 && inconclusive == 0 && !cfg.keep {
+	if v == 0 && s == 0 && o == 0 && inconclusive == 0 && !cfg.keep {
 		_ = os.RemoveAll(dir)
 	}
-	fmt.Fprintf(stdout, "chaos: %d scenarios, %d violations, %d stale writes accepted\n", len(rows), v, s)
+	fmt.Fprintf(stdout, "chaos: %d scenarios, %d violations, %d stale writes accepted, %d orphan holds\n", len(rows), v, s, o)
 	switch {
-	case v > 0 || s > 0:
+	case v > 0 || s > 0 || o > 0:
 		return 1, nil
 	case inconclusive > 0:
 		return 2, nil
 	}
 	return 0, nil
 }
+
+// quiet is a go-redis logger that prints nothing.
+type quiet struct{}
+
+func (quiet) Printf(context.Context, string, ...any) {}
 
 func contains(list []string, s string) bool {
 	for _, l := range list {

@@ -122,6 +122,7 @@ func netFault(ctx context.Context, r *trial, typ string, attrs map[string]any, o
 		return fmt.Errorf("%s toxic: the scenario has no proxy (proxied: true)", typ)
 	}
 	for sleepCtx(ctx, off) {
+		added := time.Now()
 		if err := n.add(typ, attrs); err != nil {
 			return err
 		}
@@ -129,7 +130,13 @@ func netFault(ctx context.Context, r *trial, typ string, attrs map[string]any, o
 		if err := n.remove(typ); err != nil {
 			return err
 		}
-		r.fault(time.Now())
+		// Latency slows Baton's calls to Redis, but they are answered: only a late
+		// watch is excused by it.
+		imp := lostRedis
+		if typ == "latency" {
+			imp = slowed
+		}
+		r.fault(added, time.Now(), imp, "toxic "+typ)
 	}
 	return nil
 }

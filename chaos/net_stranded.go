@@ -23,11 +23,14 @@ func netStranded(ctx context.Context, r *trial) error {
 		if err := n.add("strand", map[string]any{"until": at.Add(strandWindow).UnixNano()}); err != nil {
 			return err
 		}
-		r.fault(at)
+		r.fault(at, at, lostRedis, "connections stranded")
 		sleepCtx(ctx, time.Second) // the toxic comes off even when ctx ends meanwhile
 		if err := n.remove("strand"); err != nil {
 			return err
 		}
+		// Until then, what Baton sent on a stranded connection (an undo among
+		// them) is held: it arrives now.
+		r.span(at, time.Now(), lostRedis, "connections stranded")
 	}
 	return nil
 }

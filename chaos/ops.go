@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -19,6 +20,7 @@ const opSlack = 4 * time.Second
 type tally struct {
 	requests atomic.Int64
 	answered atomic.Int64 // answered with a status below 500
+	hungUp   atomic.Int64 // given up by their client before the answer: in neither of the above
 }
 
 // classify reads an operation's error: its outcome for the checker, and whether
@@ -51,33 +53,46 @@ func classify(err error) (check.Outcome, bool) {
 
 // caller makes one worker's requests and records each as an operation.
 type caller struct {
-	id   int
-	cls  []*client.Client
-	rec  *check.Recorder
-	tal  *tally
-	pick func() int // which Baton process the next request goes to
+	id    int
+	cls   []*client.Client
+	bases []string // the Baton processes' base URLs, in the order of cls
+	rec   *check.Recorder
+	tal   *tally
+	pick  func() int // which Baton process the next request goes to
+}
+
+// on returns a caller whose requests all go to Baton process i, for requests
+// made from another goroutine than the worker's (pick uses its random source).
+func (c caller) on(i int, count func()) caller {
+	c.pick = func() int { count(); return i }
+	return c
 }
 
 // finish fills in the return, the outcome and the detail of o, and records it.
-func (c *caller) finish(o *check.Op, err error) {
+// A request whose client hung up (h) before its answer came is tallied apart:
+// the service was not asked to answer it. The runner still reads the answer
+// (hanger), and records what it says.
+func (c *caller) finish(o *check.Op, err error, h *hanger) {
 	o.Return = time.Now()
 	out, answered := classify(err)
-	o.Outcome = out
+	if err != nil || o.Outcome != check.Queued { // a 202 is set by the caller
+		o.Outcome = out
+	}
 	if err != nil {
 		o.Detail = err.Error()
 	}
-	c.tal.requests.Add(1)
-	if answered {
-		c.tal.answered.Add(1)
+	if h != nil {
+		o.HungUp, o.HungAt = h.hungUp()
 	}
-	c.rec.Add(*o)
-}
-
-// queued records o as answered with a 202: a ticket, still waiting.
-func (c *caller) queued(o *check.Op) {
-	o.Return, o.Outcome = time.Now(), check.Queued
-	c.tal.requests.Add(1)
-	c.tal.answered.Add(1)
+	switch {
+	case o.HungUp:
+		c.tal.hungUp.Add(1)
+	default:
+		c.tal.requests.Add(1)
+		if answered {
+			c.tal.answered.Add(1)
+		}
+	}
 	c.rec.Add(*o)
 }
 
@@ -89,95 +104,154 @@ func (c *caller) ctx(wait time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), wait+opSlack)
 }
 
+// start begins an operation on the next Baton process: its record and client,
+// or, with hang set, a hanger of its own on that process.
+func (c *caller) start(kind check.Kind, name string, hang func(*hanger)) (check.Op, *client.Client, *hanger) {
+	i := c.pick()
+	op := check.Op{Client: c.id, Lock: name, Kind: kind, Server: i}
+	cl, h := c.cls[i], (*hanger)(nil)
+	if hang != nil {
+		h = newHanger(c.bases[i])
+		cl = h.cl
+		hang(h)
+	}
+	op.Call = time.Now()
+	return op, cl, h
+}
+
 // acquire asks for a new lease; the result holds a lease or a ticket, or is nil.
 func (c *caller) acquire(name string, o client.AcquireOptions) (*client.AcquireResult, check.Op) {
-	op := check.Op{Client: c.id, Lock: name, Kind: check.Acquire, TTL: o.TTL, Call: time.Now()}
+	return c.acquireHanging(name, o, nil)
+}
+
+// acquireHanging is acquire by a client that hangs up: hang is given the
+// request's hanger as the request starts, to arrange the hang-up (nil: a client
+// that does not).
+func (c *caller) acquireHanging(name string, o client.AcquireOptions, hang func(*hanger)) (*client.AcquireResult, check.Op) {
+	op, cl, h := c.start(check.Acquire, name, hang)
+	if h != nil {
+		defer h.close()
+	}
+	op.TTL, op.Owner = o.TTL, o.Owner
 	ctx, cancel := c.ctx(o.Wait)
 	defer cancel()
-	res, err := c.cls[c.pick()].Acquire(ctx, name, o)
+	res, err := cl.Acquire(ctx, name, o)
 	switch {
 	case err == nil && res.Ticket != nil:
-		op.Ticket = res.Ticket.ID
-		c.queued(&op)
-		return res, op
+		op.Ticket, op.Outcome = res.Ticket.ID, check.Queued
 	case err == nil:
 		leaseFields(&op, res.Lease)
 	}
-	c.finish(&op, err)
+	c.finish(&op, err, h)
 	return res, op
 }
 
-// poll long-polls a ticket asked for at ticketCall.
-func (c *caller) poll(name, ticket string, ticketCall time.Time, wait time.Duration) (*client.PollResult, check.Op) {
-	op := check.Op{Client: c.id, Lock: name, Kind: check.Poll, Ticket: ticket, TicketCall: ticketCall, Call: time.Now()}
+// ticket is a fair waiter's ticket, as its polls need it.
+type ticket struct {
+	id    string
+	owner string    // the label of the acquire that queued it
+	asked time.Time // when that acquire was called
+}
+
+// poll long-polls a ticket.
+func (c *caller) poll(name string, t ticket, wait time.Duration) (*client.PollResult, check.Op) {
+	return c.pollHanging(name, t, wait, nil)
+}
+
+// pollHanging is poll by a client that hangs up (see acquireHanging).
+func (c *caller) pollHanging(name string, t ticket, wait time.Duration, hang func(*hanger)) (*client.PollResult, check.Op) {
+	op, cl, h := c.start(check.Poll, name, hang)
+	if h != nil {
+		defer h.close()
+	}
+	op.Ticket, op.TicketCall, op.Owner = t.id, t.asked, t.owner
 	ctx, cancel := c.ctx(wait)
 	defer cancel()
-	res, err := c.cls[c.pick()].Poll(ctx, name, ticket, wait)
-	if err == nil && res.Lease != nil {
+	res, err := cl.Poll(ctx, name, t.id, wait)
+	switch {
+	case err == nil && res.Lease != nil:
 		leaseFields(&op, res.Lease)
+	case err == nil && res.Ticket != nil:
+		op.Outcome = check.Queued
 	}
-	if err == nil && res.Ticket != nil {
-		c.queued(&op)
-		return res, op
-	}
-	c.finish(&op, err)
+	c.finish(&op, err, h)
 	return res, op
 }
 
-func (c *caller) cancel(name, ticket string) {
-	op := check.Op{Client: c.id, Lock: name, Kind: check.Cancel, Ticket: ticket, Call: time.Now()}
+func (c *caller) cancel(name string, t ticket) {
+	op, cl, _ := c.start(check.Cancel, name, nil)
+	op.Ticket, op.Owner = t.id, t.owner
 	ctx, cancel := c.ctx(0)
 	defer cancel()
-	c.finish(&op, c.cls[c.pick()].Cancel(ctx, name, ticket))
+	c.finish(&op, cl.Cancel(ctx, name, t.id), nil)
 }
 
 // reenter adds a hold to a lease.
 func (c *caller) reenter(name, lease string, ttl time.Duration) (*client.Lease, check.Op) {
-	op := check.Op{Client: c.id, Lock: name, Kind: check.Reenter, Lease: lease, TTL: ttl, Call: time.Now()}
+	op, cl, _ := c.start(check.Reenter, name, nil)
+	op.Lease, op.TTL = lease, ttl
 	ctx, cancel := c.ctx(0)
 	defer cancel()
-	res, err := c.cls[c.pick()].Acquire(ctx, name, client.AcquireOptions{Lease: lease, TTL: ttl})
+	res, err := cl.Acquire(ctx, name, client.AcquireOptions{Lease: lease, TTL: ttl})
 	var l *client.Lease
 	if err == nil {
 		l = res.Lease
 		leaseFields(&op, l)
 	}
-	c.finish(&op, err)
+	c.finish(&op, err, nil)
 	return l, op
 }
 
 func (c *caller) renew(name, lease string, ttl time.Duration) (*client.Lease, check.Op) {
-	op := check.Op{Client: c.id, Lock: name, Kind: check.Renew, Lease: lease, TTL: ttl, Call: time.Now()}
+	op, cl, _ := c.start(check.Renew, name, nil)
+	op.Lease, op.TTL = lease, ttl
 	ctx, cancel := c.ctx(0)
 	defer cancel()
-	l, err := c.cls[c.pick()].Renew(ctx, name, lease, ttl)
+	l, err := cl.Renew(ctx, name, lease, ttl)
 	if err == nil {
 		leaseFields(&op, l)
 	}
-	c.finish(&op, err)
+	c.finish(&op, err, nil)
 	return l, op
 }
 
 func (c *caller) get(name, lease string) (*client.Lease, check.Op) {
-	op := check.Op{Client: c.id, Lock: name, Kind: check.Get, Lease: lease, Call: time.Now()}
+	op, cl, _ := c.start(check.Get, name, nil)
+	op.Lease = lease
 	ctx, cancel := c.ctx(0)
 	defer cancel()
-	l, err := c.cls[c.pick()].Lease(ctx, name, lease)
+	l, err := cl.Lease(ctx, name, lease)
 	if err == nil {
 		leaseFields(&op, l)
 	}
-	c.finish(&op, err)
+	c.finish(&op, err, nil)
 	return l, op
 }
 
 func (c *caller) release(name, lease string, fence int64) (*client.Released, check.Op) {
-	op := check.Op{Client: c.id, Lock: name, Kind: check.Release, Lease: lease, Call: time.Now()}
+	op, cl, _ := c.start(check.Release, name, nil)
+	op.Lease = lease
 	ctx, cancel := c.ctx(0)
 	defer cancel()
-	r, err := c.cls[c.pick()].Release(ctx, name, lease)
+	r, err := cl.Release(ctx, name, lease)
 	if err == nil {
 		op.Fence, op.Count, op.Released = fence, r.Count, r.Released
 	}
-	c.finish(&op, err)
+	c.finish(&op, err, nil)
 	return r, op
+}
+
+// watch long-polls the lock's state while it is held with fence; the answer
+// is kept in the record's detail.
+func (c *caller) watch(name string, fence int64, wait time.Duration) check.Op {
+	op, cl, _ := c.start(check.Watch, name, nil)
+	op.Fence, op.Wait = fence, wait
+	ctx, cancel := c.ctx(wait)
+	defer cancel()
+	st, err := cl.Watch(ctx, name, wait, &fence)
+	if err == nil {
+		op.Detail = fmt.Sprintf("answered held=%v fence=%d", st.Held, st.Fence)
+	}
+	c.finish(&op, err, nil)
+	return op
 }

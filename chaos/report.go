@@ -13,7 +13,7 @@ import (
 // figures right-aligned.
 func printTable(w io.Writer, rows []row) {
 	table := [][]string{{"scenario", "operations", "violations", "stale writes accepted",
-		"stale writes rejected", "answered without 5xx", "time to recover"}}
+		"stale writes rejected", "answered without 5xx", "orphan holds", "watch lag", "time to recover"}}
 	for _, r := range rows {
 		pct := 100.0
 		if r.requests > 0 {
@@ -21,7 +21,7 @@ func printTable(w io.Writer, rows []row) {
 		}
 		table = append(table, []string{r.name, strconv.Itoa(r.ops), strconv.Itoa(r.violations),
 			strconv.Itoa(r.staleAccepted), strconv.Itoa(r.staleRejected),
-			fmt.Sprintf("%d (%.2f%%)", r.answered, pct), recovery(r)})
+			fmt.Sprintf("%d (%.2f%%)", r.answered, pct), orphans(r), watchLag(r), recovery(r)})
 	}
 	width := make([]int, len(table[0]))
 	for _, line := range table {
@@ -44,6 +44,27 @@ func printTable(w io.Writer, rows []row) {
 		}
 		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
 	}
+}
+
+// orphans is the holds no client was told of that outlived the ticket ttl, of
+// those seen, and the longest any of those seen lasted.
+func orphans(r row) string {
+	o := r.orphans
+	s := fmt.Sprintf("%d of %d", o.Count(), o.Unknown)
+	if o.Unknown > 0 {
+		s += ", max " + round(o.MaxAge)
+	}
+	return s
+}
+
+// watchLag is the p99 and worst lag of the watches judged, and how many were
+// late.
+func watchLag(r row) string {
+	w := r.watches
+	if w.Judged == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("p99 %s, max %s, %d late of %d", round(w.Quantile(0.99)), round(w.Quantile(1)), len(w.Late), w.Judged)
 }
 
 // recovery is the median and worst time from a fault's end (the killed process

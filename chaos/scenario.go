@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/batonhq/baton/chaos/check"
@@ -29,7 +30,9 @@ func scenarios() []scenario {
 		{name: "redis-kill", inject: killRedis(true)},
 		{name: "redis-kill-aof", redisArgs: []string{"--appendonly", "yes", "--appendfsync", "always"}, inject: killRedis(false)},
 		{name: "baton-kill", inject: killBaton},
-		sentinelFailover(false), sentinelFailover(true), // sentinel.go
+		{name: "slow-redis", inject: slowRedis},            // slow.go
+		{name: "sigterm-mid-call", inject: sigtermMidCall}, // slow.go
+		sentinelFailover(false), sentinelFailover(true),    // sentinel.go
 		{name: "net-latency", proxied: true, inject: netLatency},
 		{name: "net-reset", proxied: true, inject: netReset},
 		{name: "net-blackhole-short", proxied: true, inject: netBlackhole(false)},
@@ -56,12 +59,15 @@ func every(ctx context.Context, interval time.Duration, f func() error) error {
 
 // killPubSub closes every pub/sub connection to Redis (CLIENT KILL TYPE pubsub).
 func killPubSub(ctx context.Context, r *trial) error {
+	var kills []string
+	defer func() { r.note("pub/sub connections killed at %s", strings.Join(kills, ", ")) }()
 	return every(ctx, r.cfg.pubsubEvery, func() error {
 		at := time.Now()
+		kills = append(kills, at.Format("15:04:05.000"))
 		if err := r.top.rdb.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil && ctx.Err() == nil {
 			return fmt.Errorf("client kill: %w", err)
 		}
-		r.fault(at)
+		r.fault(at, at, lostPubSub, "pub/sub connections killed")
 		return nil
 	})
 }
@@ -85,7 +91,7 @@ func killRedis(loss bool) func(context.Context, *trial) error {
 			if err != nil {
 				return fmt.Errorf("restart redis: %w", err)
 			}
-			r.fault(restarted)
+			r.fault(killed, restarted, lostRedis, "redis-server killed")
 			return nil
 		})
 	}
@@ -95,19 +101,25 @@ func killRedis(loss bool) func(context.Context, *trial) error {
 // in long-polls, and starts it again on the same port.
 func killBaton(ctx context.Context, r *trial) error {
 	n := 0
+	var kills []string
+	defer func() { r.note("Baton processes killed (SIGKILL) at %s", strings.Join(kills, ", ")) }()
 	return every(ctx, r.cfg.batonEvery, func() error {
-		b := r.top.batons[n%len(r.top.batons)]
+		i := n % len(r.top.batons)
+		b := r.top.batons[i]
 		n++
 		for until := time.Now().Add(2 * time.Second); time.Now().Before(until) && b.gauge(ctx, "baton_waiters") < 1; {
 			time.Sleep(10 * time.Millisecond) // a gauge: only visible by asking
 		}
+		killed := time.Now()
+		r.crash(i, killed)
+		kills = append(kills, killed.Format("15:04:05.000")+" ("+b.name+")")
 		b.kill()
 		time.Sleep(r.cfg.down)
 		restarted := time.Now()
 		if err := b.start(); err != nil {
 			return err
 		}
-		r.fault(restarted)
+		r.fault(killed, restarted, onServer(i), "baton "+b.name+" killed")
 		return nil
 	})
 }

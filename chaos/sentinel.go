@@ -73,6 +73,9 @@ func runSentinel(ctx context.Context, r *trial, name string, wait bool) error {
 		set.stop()
 		return err
 	}
+	// The sampler follows the master from now on, as Baton does.
+	r.samp.use(redis.NewFailoverClient(&redis.FailoverOptions{MasterName: sentinelMaster, SentinelAddrs: set.addrs(),
+		MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second, PoolSize: 2}))
 	env := []string{"BATON_REDIS_URL=" + set.url()}
 	if wait {
 		env = append(env, "BATON_WAIT_REPLICAS=1", "BATON_WAIT_TIMEOUT=100ms")
@@ -137,7 +140,7 @@ func runSentinel(ctx context.Context, r *trial, name string, wait bool) error {
 		// replica of the new one: what an operator or Sentinel itself would make
 		// of it. Recovery is timed from the kill.
 		recovered := make(chan struct{})
-		go func() { r.fault(killed); close(recovered) }()
+		go func() { r.fault(killed, killed, lostRedis, "master killed, Sentinel failover"); close(recovered) }()
 		err = master.Restart()
 		if err == nil {
 			err = replicaOf(ctx, master, replica)
@@ -237,11 +240,15 @@ func startSentinels(r *trial) (*sentinelSet, error) {
 }
 
 func (s *sentinelSet) url() string {
+	return "redis+sentinel://" + strings.Join(s.addrs(), ",") + "/" + sentinelMaster
+}
+
+func (s *sentinelSet) addrs() []string {
 	addrs := make([]string, len(s.sentinels))
 	for i, x := range s.sentinels {
 		addrs[i] = x.Addr()
 	}
-	return "redis+sentinel://" + strings.Join(addrs, ",") + "/" + sentinelMaster
+	return addrs
 }
 
 func (s *sentinelSet) logf(format string, args ...any) {

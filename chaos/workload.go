@@ -20,19 +20,26 @@ const writeGuard = 50 * time.Millisecond
 // with a wait or without. Holding, it writes to the lock's resource, renews,
 // re-enters, reads its lease and releases; some holders stop renewing and write on
 // past their lease's end (zombies, as after a long pause); some fair waiters stop
-// polling (their ticket is abandoned), others cancel.
+// polling (their ticket is abandoned), others cancel; and some clients hang up
+// in the middle of a request (hangup.go). Every acquire carries an owner label of
+// its own, so that a hold found in Redis names the request it was granted to.
 type worker struct {
 	caller
 	cfg   *config
 	rng   *rand.Rand
-	locks []string
+	locks []string // the workload's locks
+	race  []string // the locks of the races (raceRelease, expiryRace), which nobody else queues for
 	res   map[string]*check.Resource
 	ops   *atomic.Int64 // requests made by this worker
+	seq   int           // acquires made, for their owner labels
 }
 
-func newWorker(id int, cfg *config, cls []*client.Client, rec *check.Recorder, tal *tally, locks []string, res map[string]*check.Resource) *worker {
-	w := &worker{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.seed, uint64(id))), locks: locks, res: res, ops: new(atomic.Int64)}
-	w.caller = caller{id: id, cls: cls, rec: rec, tal: tal, pick: func() int {
+func newWorker(id int, r *trial) *worker {
+	cfg := r.cfg
+	w := &worker{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.seed, uint64(id))), locks: r.locks, race: r.race, res: r.res,
+		ops: new(atomic.Int64)}
+	cls := r.top.cls
+	w.caller = caller{id: id, cls: cls, bases: r.top.bases, rec: &r.rec, tal: &r.tal, pick: func() int {
 		w.ops.Add(1)
 		return w.rng.IntN(len(cls))
 	}}
@@ -51,17 +58,37 @@ func (w *worker) dur(lo, hi time.Duration) time.Duration {
 
 func (w *worker) chance(p float64) bool { return w.rng.Float64() < p }
 
+// label is a new owner label, unique to the request: c<worker>.<n>.
+func (w *worker) label() string {
+	w.seq++
+	return "c" + strconv.Itoa(w.id) + "." + strconv.Itoa(w.seq)
+}
+
+// elsewhere is a caller for requests made from another goroutine than the
+// worker's, all to one Baton process picked now.
+func (w *worker) elsewhere() caller {
+	return w.caller.on(w.rng.IntN(len(w.cls)), func() { w.ops.Add(1) })
+}
+
 // backoff pauses after an answer that says the service is in trouble (a 5xx, a
 // transport error), as a client honouring Retry-After would, only shorter.
 func (w *worker) backoff() { time.Sleep(w.dur(50*time.Millisecond, 250*time.Millisecond)) }
 
 func (w *worker) cycle(ctx context.Context) {
 	name := w.locks[w.rng.IntN(len(w.locks))]
+	switch p := w.rng.Float64(); {
+	case p < w.cfg.hangUps:
+		w.hangUp(ctx, name)
+		return
+	case p < w.cfg.hangUps+w.cfg.expiryRaces:
+		w.expiryRace(ctx)
+		return
+	}
 	ttl := w.dur(w.cfg.minTTL, w.cfg.maxTTL)
 	if w.chance(0.15) {
 		ttl = w.dur(w.cfg.maxTTL, w.cfg.longTTL) // outlives a Redis restart
 	}
-	o := client.AcquireOptions{TTL: ttl, Owner: "c" + strconv.Itoa(w.id)}
+	o := client.AcquireOptions{TTL: ttl, Owner: w.label()}
 	switch r := w.rng.Float64(); {
 	case r < 0.35:
 		o.Fair = true
@@ -77,7 +104,7 @@ func (w *worker) cycle(ctx context.Context) {
 	case check.OK:
 		w.hold(ctx, name, res.Lease, op.Call, op.Return, ttl)
 	case check.Queued:
-		w.await(ctx, name, res.Ticket, op.Call, ttl)
+		w.await(ctx, name, ticket{id: res.Ticket.ID, owner: o.Owner, asked: op.Call}, ttl)
 	case check.Busy:
 		time.Sleep(w.dur(5*time.Millisecond, 40*time.Millisecond))
 	default:
@@ -86,7 +113,7 @@ func (w *worker) cycle(ctx context.Context) {
 }
 
 // await polls a ticket until it is granted, gone or given up.
-func (w *worker) await(ctx context.Context, name string, t *client.Ticket, asked time.Time, ttl time.Duration) {
+func (w *worker) await(ctx context.Context, name string, t ticket, ttl time.Duration) {
 	abandonAt := -1
 	if w.chance(0.15) {
 		abandonAt = w.rng.IntN(3)
@@ -96,10 +123,10 @@ func (w *worker) await(ctx context.Context, name string, t *client.Ticket, asked
 			return // stops polling: the ticket runs out, and any grant made to it
 		}
 		if w.chance(0.04) {
-			w.cancel(name, t.ID)
+			w.cancel(name, t)
 			return
 		}
-		res, op := w.poll(name, t.ID, asked, w.dur(100*time.Millisecond, w.cfg.maxPoll))
+		res, op := w.poll(name, t, w.dur(100*time.Millisecond, w.cfg.maxPoll))
 		switch op.Outcome {
 		case check.OK:
 			from, to := check.GrantWindow(op)
@@ -112,7 +139,7 @@ func (w *worker) await(ctx context.Context, name string, t *client.Ticket, asked
 			return
 		}
 	}
-	w.cancel(name, t.ID)
+	w.cancel(name, t)
 }
 
 // hold works under a lease granted between from and to, then releases it.

@@ -37,9 +37,13 @@ const (
 	// persistence) at some moment between Call and Return. Every hold may vanish
 	// there; fences must still increase.
 	Loss
+	// Watch is a GET of the lock's state with wait_ms and fence: it must return
+	// soon after the lock stops being held with Fence (Watches). The model
+	// ignores it.
+	Watch
 )
 
-var kindNames = [...]string{"acquire", "poll", "reenter", "renew", "release", "get", "cancel", "loss"}
+var kindNames = [...]string{"acquire", "poll", "reenter", "renew", "release", "get", "cancel", "loss", "watch"}
 
 func (k Kind) String() string { return kindNames[k] }
 
@@ -77,9 +81,22 @@ type Op struct {
 	Lease   string        // the lease the operation names, or the one it was granted
 	Ticket  string        // Poll and Cancel: the ticket; a fair Acquire: the ticket it got
 	TTL     time.Duration // the ttl asked for (Acquire, Reenter, Renew)
+	Wait    time.Duration // the wait asked for (Watch)
 	Call    time.Time
 	Return  time.Time
 	Outcome Outcome
+
+	// Owner is the owner label an Acquire sent, unique to the request; a Poll or
+	// Cancel carries its ticket's. A hold in Redis names its request by it
+	// (Orphans).
+	Owner string
+	// Server is the Baton process (its index) the request went to; -1 for none.
+	Server int
+	// HungUp marks a request whose client hung up (at HungAt) before any answer
+	// came: the client would never see one. The runner still reads what the
+	// server answered (a half-closed connection), and Outcome says what that was.
+	HungUp bool
+	HungAt time.Time
 
 	// From the answer, when Outcome is OK.
 	Fence      int64
@@ -97,13 +114,25 @@ type Op struct {
 func (o Op) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "c%-3d %-7s %-8s", o.Client, o.Kind, o.Outcome)
+	if o.HungUp {
+		fmt.Fprintf(&b, " hung-up@%s", clock(o.HungAt))
+	}
+	if o.Server >= 0 && o.Kind != Loss {
+		fmt.Fprintf(&b, " @%d", o.Server)
+	}
+	if o.Owner != "" {
+		fmt.Fprintf(&b, " owner=%s", o.Owner)
+	}
 	if o.Lease != "" {
 		fmt.Fprintf(&b, " lease=%s", short(o.Lease))
 	}
 	if o.Ticket != "" {
 		fmt.Fprintf(&b, " ticket=%s", short(o.Ticket))
 	}
-	if o.Outcome == OK && o.Kind != Loss && o.Kind != Cancel {
+	if o.Kind == Watch {
+		fmt.Fprintf(&b, " fence=%d wait=%v", o.Fence, o.Wait)
+	}
+	if o.Outcome == OK && o.Kind != Loss && o.Kind != Cancel && o.Kind != Watch {
 		fmt.Fprintf(&b, " fence=%d count=%d", o.Fence, o.Count)
 		if o.Kind == Release {
 			fmt.Fprintf(&b, " released=%v", o.Released)

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/batonhq/baton/chaos/check"
+)
+
+// sampleEvery is the sampler's pace.
+const sampleEvery = 50 * time.Millisecond
+
+// sampler reads the workload's lock hashes in Redis (P:{N}: fence, owner, at,
+// and PTTL) every sampleEvery, from the workload's start until the checks after
+// it end, so that holds no client was told of can be seen and timed
+// (check.Orphans), and so can the moments a lock changed hands that no answer
+// reported (check.Watches).
+//
+// Why a sampler: the runner must see holds granted to requests whose answer
+// never reached a client, and only Redis knows of those. MONITOR would show every
+// script call, but not what the scripts did (a grant is an EVALSHA whose effect
+// depends on the state), it slows Redis for everyone, and it loses what happens
+// while its connection is down. Keyspace notifications (hset/expire/del/
+// expired on the lock key) say that the hash changed but not to whom it belongs
+// now, so each would need a read anyway, and they too are lost while the
+// subscriber's connection is down (a Redis kill, a freeze). A read of a few small
+// hashes every 50 ms in one MULTI costs Redis nothing measurable, needs no
+// configuration, and sees every hold that lasts longer than 50 ms; the holds
+// that matter here last longer than the ticket ttl (a second). Each lock has
+// the owner label of the request it was granted to (every workload request
+// carries a label of its own) and its grant time on the Redis clock, which is
+// all the judgement needs.
+type sampler struct {
+	locks []string
+
+	mu      sync.Mutex
+	src     *redis.Client
+	own     []*redis.Client // clients the sampler closes when it stops
+	samples []check.Sample
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// newSamplerClient is a client for the sampler's reads, with timeouts short
+// enough that a frozen Redis costs a few missed samples, not the sampler.
+func newSamplerClient(addr string) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second,
+		ReadTimeout: time.Second, WriteTimeout: time.Second, PoolSize: 2})
+}
+
+// startSampler starts sampling locks through src, which it closes when it stops.
+func startSampler(src *redis.Client, locks []string) *sampler {
+	s := &sampler{locks: locks, src: src, own: []*redis.Client{src}, stop: make(chan struct{}), done: make(chan struct{})}
+	go s.run()
+	return s
+}
+
+// use makes the sampler read through c from now on (a Sentinel scenario's
+// failover client), and close it when it stops.
+func (s *sampler) use(c *redis.Client) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.src = c
+	s.own = append(s.own, c)
+}
+
+// close stops sampling and returns the samples.
+func (s *sampler) close() []check.Sample {
+	close(s.stop)
+	<-s.done
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.own {
+		_ = c.Close()
+	}
+	return s.samples
+}
+
+func (s *sampler) run() {
+	defer close(s.done)
+	t := time.NewTicker(sampleEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.sample()
+		}
+	}
+}
+
+// sample reads every lock at once (MULTI), so that one reading is one moment.
+func (s *sampler) sample() {
+	s.mu.Lock()
+	c := s.src
+	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	hm := make([]*redis.SliceCmd, len(s.locks))
+	pt := make([]*redis.DurationCmd, len(s.locks))
+	sent := time.Now()
+	_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for i, l := range s.locks {
+			k := keyPrefix + ":{" + l + "}"
+			hm[i] = p.HMGet(ctx, k, "fence", "owner", "at")
+			pt[i] = p.PTTL(ctx, k)
+		}
+		return nil
+	})
+	got := time.Now()
+	if err != nil {
+		return // Redis down, frozen or out of reach: no reading this time
+	}
+	out := make([]check.Sample, 0, len(s.locks))
+	for i, l := range s.locks {
+		v := hm[i].Val()
+		smp := check.Sample{Lock: l, Sent: sent, Got: got}
+		if len(v) == 3 && v[0] != nil {
+			smp.Held = true
+			smp.Fence, _ = strconv.ParseInt(str(v[0]), 10, 64)
+			smp.Owner = str(v[1])
+			if ms, err := strconv.ParseInt(str(v[2]), 10, 64); err == nil {
+				smp.GrantedAt = time.UnixMilli(ms)
+			}
+			smp.PTTL = pt[i].Val()
+		}
+		out = append(out, smp)
+	}
+	s.mu.Lock()
+	s.samples = append(s.samples, out...)
+	s.mu.Unlock()
+}
+
+func str(v any) string {
+	if s, ok := v.(string); ok {
+		return s
+	}
+	return ""
+}
