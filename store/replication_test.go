@@ -164,6 +164,13 @@ func TestNewClientURLs(t *testing.T) {
 		{give: "redis+sentinel://h1:26379,,h2/m", wantErr: true},
 		{give: "redis+sentinel://h1/m?master_name=x", wantErr: true},
 		{give: "sentinel://h1/m", wantErr: true},
+		{give: "redis+cluster://127.0.0.1:7000"},
+		{give: "redis+cluster://u:p@h1:7000,h2:7001,h3/0"},
+		{give: "rediss+cluster://:secret@h1:7000,h2:7001/"},
+		{give: "redis+cluster://h1:7000/1", wantErr: true},
+		{give: "redis+cluster://h1:7000,,h2:7001", wantErr: true},
+		{give: "redis+cluster://h1:7000?read_timeout=1s", wantErr: true},
+		{give: "redis+cluster://", wantErr: true},
 	}
 	for _, tt := range tests {
 		rdb, err := store.NewClient(tt.give)

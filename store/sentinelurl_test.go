@@ -2,6 +2,7 @@ package store
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -24,5 +25,34 @@ func TestParseSentinelAddrs(t *testing.T) {
 		if !slices.Equal(fo.SentinelAddrs, tt.want) {
 			t.Errorf("%s: addresses %q, want %q", tt.give, fo.SentinelAddrs, tt.want)
 		}
+	}
+}
+
+func TestParseClusterURL(t *testing.T) {
+	tests := []struct {
+		give      string
+		want      []string
+		user, pwd string
+		tls       bool
+	}{
+		{give: "redis+cluster://h1", want: []string{"h1:6379"}},
+		{give: "redis+cluster://h1:7000,h2:7001,[::1]:7002", want: []string{"h1:7000", "h2:7001", "[::1]:7002"}},
+		{give: "redis+cluster://[::1]", want: []string{"[::1]:6379"}},
+		{give: "redis+cluster://u:p%40ss@h1:7000/0", want: []string{"h1:7000"}, user: "u", pwd: "p@ss"},
+		{give: "rediss+cluster://:pw@h1:7000,h2:7001", want: []string{"h1:7000", "h2:7001"}, pwd: "pw", tls: true},
+	}
+	for _, tt := range tests {
+		o, err := parseClusterURL(tt.give)
+		if err != nil {
+			t.Errorf("%s: %v", tt.give, err)
+			continue
+		}
+		if !slices.Equal(o.Addrs, tt.want) || o.Username != tt.user || o.Password != tt.pwd || (o.TLSConfig != nil) != tt.tls {
+			t.Errorf("%s: addrs %q user %q password %q tls %v", tt.give, o.Addrs, o.Username, o.Password, o.TLSConfig != nil)
+		}
+	}
+	// An error never echoes the URL: it may carry a password.
+	if _, err := parseClusterURL("redis+cluster://u:hunter2@h1:7000/5"); err == nil || strings.Contains(err.Error(), "hunter2") {
+		t.Errorf("error %v", err)
 	}
 }
