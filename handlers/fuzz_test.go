@@ -82,7 +82,7 @@ func (b *syncBuffer) take() string {
 // flush deletes every key of the env, so the next input starts on an empty Redis.
 func (e *env) flush() {
 	ctx := context.Background()
-	keys, err := e.Redis.Keys(ctx, e.Prefix+":*").Result()
+	keys, err := allKeys(ctx, e.Redis, e.Prefix+":*")
 	if err == nil && len(keys) > 0 {
 		err = e.Redis.Del(ctx, keys...).Err()
 	}

@@ -38,8 +38,10 @@ func (e *env) listAll(query string, header map[string]string) ([]string, int) {
 	}
 }
 
-func TestListLocks(t *testing.T) {
-	e := newEnv(t, envOptions{})
+func TestListLocks(t *testing.T) { onBoth(t, testListLocks) }
+
+func testListLocks(t *testing.T, cluster bool) {
+	e := newEnv(t, envOptions{Cluster: cluster})
 	var want []string
 	for i := range 25 {
 		n := "list:" + strconv.Itoa(i)
@@ -77,9 +79,11 @@ func TestListLocks(t *testing.T) {
 }
 
 // A key lists only the names its grants let it read.
-func TestListLocksByGrant(t *testing.T) {
+func TestListLocksByGrant(t *testing.T) { onBoth(t, testListLocksByGrant) }
+
+func testListLocksByGrant(t *testing.T, cluster bool) {
 	k := newTestKeys()
-	e := newEnv(t, envOptions{Keys: k.file()})
+	e := newEnv(t, envOptions{Cluster: cluster, Keys: k.file()})
 	for _, n := range []string{"billing:1", "billing:2", "payroll:1"} {
 		wantStatus(t, e.do(req{Method: "POST", Path: "/v1/locks/" + n, Body: map[string]any{}, Header: bearer(k.ops)}), http.StatusCreated, "")
 	}

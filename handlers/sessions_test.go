@@ -20,9 +20,11 @@ func (e *env) newSession(body map[string]any, header map[string]string) *resp {
 	return r
 }
 
-func TestSessionLifecycle(t *testing.T) {
+func TestSessionLifecycle(t *testing.T) { onBoth(t, testSessionLifecycle) }
+
+func testSessionLifecycle(t *testing.T, cluster bool) {
 	k := newTestKeys()
-	e := newEnv(t, envOptions{Keys: k.file()})
+	e := newEnv(t, envOptions{Cluster: cluster, Keys: k.file()})
 	as := bearer(k.billing)
 	s := e.newSession(map[string]any{"ttl_ms": 2000, "owner": "php-42"}, as)
 	if s.Int("ttl_ms") < 1900 || s.Str("owner") != "php-42" || s.Int("locks") != 0 {
@@ -85,8 +87,10 @@ func TestSessionLifecycle(t *testing.T) {
 }
 
 // An expired session takes its holds with it, and leaves nothing but fences.
-func TestSessionExpires(t *testing.T) {
-	e := newEnv(t, envOptions{})
+func TestSessionExpires(t *testing.T) { onBoth(t, testSessionExpires) }
+
+func testSessionExpires(t *testing.T, cluster bool) {
+	e := newEnv(t, envOptions{Cluster: cluster})
 	s := e.newSession(map[string]any{"ttl_ms": 400}, nil)
 	sid := s.Str("session")
 	for _, n := range []string{"e1", "e2"} {
@@ -123,10 +127,12 @@ func TestSessionExpires(t *testing.T) {
 
 // Sessions belong to their key; bad input is refused; a fair ticket's grant
 // joins its session; a session works across gateways.
-func TestSessionRules(t *testing.T) {
+func TestSessionRules(t *testing.T) { onBoth(t, testSessionRules) }
+
+func testSessionRules(t *testing.T, cluster bool) {
 	k := newTestKeys()
-	e := newEnv(t, envOptions{Keys: k.file()})
-	e2 := newEnv(t, envOptions{Keys: k.file(), Prefix: e.Prefix, Redis: e.Server})
+	e := newEnv(t, envOptions{Cluster: cluster, Keys: k.file()})
+	e2 := newEnv(t, envOptions{Cluster: cluster, Keys: k.file(), Prefix: e.Prefix, Redis: e.Server})
 	as := bearer(k.billing)
 	s := e.newSession(map[string]any{"ttl_ms": 30000}, as)
 	sid := s.Str("session")
