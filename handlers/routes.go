@@ -12,6 +12,8 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/batonhq/baton/auth"
 	"github.com/batonhq/baton/metrics"
@@ -44,6 +46,12 @@ type Deps struct {
 	Metrics *metrics.Metrics
 	Spec    []byte      // api/openapi.yaml, served at /openapi.yaml
 	Guard   *auth.Guard // access control; nil lets everyone do everything
+
+	// Tracer, when set, gives every request a span named by its route pattern,
+	// the child of the caller's span when Propagator (default: W3C trace
+	// context) finds one in its headers. Nil: no tracing.
+	Tracer     trace.TracerProvider
+	Propagator propagation.TextMapPropagator
 }
 
 type server struct {
@@ -60,6 +68,9 @@ type server struct {
 func NewServer(d Deps) http.Handler {
 	s := &server{store: d.Store, limits: d.Limits, log: d.Logger, m: d.Metrics, spec: d.Spec, guard: d.Guard}
 	r := chi.NewRouter()
+	if d.Tracer != nil {
+		r.Use(traced(d.Tracer, d.Propagator))
+	}
 	r.Use(s.requestID, s.observe, s.recoverer, s.bodyDeadline)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) { s.fail(w, r, errNotFound) })
 	r.MethodNotAllowed(s.methodNotAllowed(r))
