@@ -2,7 +2,7 @@
 # `make test` installs what it needs and runs the whole suite.
 GO     ?= go
 
-.PHONY: run build test lint vet fmt-check spec-lint deps tools-test clean
+.PHONY: run build test lint vet fmt-check spec-lint deps tools-test clean screenshots
 
 run: deps
 	$(GO) run ./cmd/server
@@ -14,11 +14,13 @@ deps:
 	$(GO) mod download
 
 # The tests start real redis-servers (and a redis-sentinel); the README
-# quickstart test runs curl.
+# quickstart test runs curl; the dashboard's browser test (ui/) drives Debian's
+# chromium headless.
 tools-test:
 	@scripts/need.sh redis-server redis-server
 	@scripts/need.sh redis-sentinel redis-sentinel
 	@scripts/need.sh curl curl
+	@scripts/need.sh chromium chromium
 
 test: deps tools-test lint
 	$(GO) test -race -count=1 -timeout 15m ./...
@@ -38,6 +40,11 @@ spec-lint:
 
 clean:
 	rm -rf bin
+
+# The README's dashboard screenshots (docs/*.png), taken by the browser test;
+# make test takes them too, but into a temporary directory.
+screenshots: deps tools-test
+	$(GO) test -count=1 -run '^TestDashboard$$' ./ui -screenshots
 
 # The side-by-side benchmark of issue 4 (bench/): it starts its own redis-server,
 # etcd and Baton on free loopback ports. bench-quick: <= 2 min, writes

@@ -18,6 +18,7 @@ import (
 	"github.com/batonhq/baton/auth"
 	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/store"
+	"github.com/batonhq/baton/ui"
 )
 
 // Locker is what the HTTP layer needs of the lock store.
@@ -72,7 +73,8 @@ func NewServer(d Deps) http.Handler {
 		r.Use(traced(d.Tracer, d.Propagator))
 	}
 	r.Use(s.requestID, s.observe, s.recoverer, s.bodyDeadline)
-	r.NotFound(func(w http.ResponseWriter, r *http.Request) { s.fail(w, r, errNotFound) })
+	notFound := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.fail(w, r, errNotFound) })
+	r.NotFound(notFound)
 	r.MethodNotAllowed(s.methodNotAllowed(r))
 
 	lock, read, admin := auth.ActionLock, auth.ActionRead, auth.ActionAdmin
@@ -95,6 +97,11 @@ func NewServer(d Deps) http.Handler {
 	get(r, "/readyz", s.readyz()) // open
 	get(r, "/metrics", s.need(auth.ActionMetrics, promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{})))
 	get(r, "/openapi.yaml", s.openapi()) // open
+
+	// The dashboard: static files that hold no data, so open; the API calls it
+	// makes need a key like any other client's.
+	get(r, "/ui", http.RedirectHandler(ui.Prefix, http.StatusMovedPermanently)) // open
+	get(r, ui.Prefix+"*", ui.Handler(notFound))                                 // open
 	return r
 }
 
