@@ -129,6 +129,8 @@ func serve(ctx context.Context, cfg Config, log zerolog.Logger, listening func(n
 		}
 	}
 	met := metrics.New()
+	met.WaitersMax.Set(float64(cfg.MaxWaiters))
+	met.RedisDown(gate.Down)
 	accessCtx, stopAccess := context.WithCancel(context.Background())
 	defer stopAccess()
 	guard, tlsCfg, err := startAccess(accessCtx, cfg, log, met)
