@@ -2,7 +2,7 @@
 # `make test` installs what it needs and runs the whole suite.
 GO     ?= go
 
-.PHONY: run build test lint vet fmt-check spec-lint deps tools-test clean screenshots
+.PHONY: run build test lint vet fmt-check spec-lint rules-lint deps tools-test clean screenshots
 
 run: deps
 	$(GO) run ./cmd/server
@@ -15,17 +15,19 @@ deps:
 
 # The tests start real redis-servers (and a redis-sentinel); the README
 # quickstart test runs curl; the dashboard's browser test (ui/) drives Debian's
-# chromium headless.
+# chromium headless; deploy/'s tests run promtool (Debian's prometheus package)
+# over the alert rules, their unit tests and the Grafana dashboard's queries.
 tools-test:
 	@scripts/need.sh redis-server redis-server
 	@scripts/need.sh redis-sentinel redis-sentinel
 	@scripts/need.sh curl curl
 	@scripts/need.sh chromium chromium
+	@scripts/need.sh promtool prometheus
 
 test: deps tools-test lint
 	$(GO) test -race -count=1 -timeout 15m ./...
 
-lint: fmt-check vet spec-lint
+lint: fmt-check vet spec-lint rules-lint
 
 vet:
 	$(GO) vet ./...
@@ -37,6 +39,11 @@ fmt-check:
 # vacuum (a maintained OpenAPI linter) is pinned in tools/go.mod.
 spec-lint:
 	cd tools && $(GO) run github.com/daveshanley/vacuum lint --details --ruleset ../api/vacuum.yaml ../api/openapi.yaml
+
+# The Prometheus alert rules of deploy/ (their unit tests run in make test).
+rules-lint:
+	@scripts/need.sh promtool prometheus
+	promtool check rules deploy/prometheus/baton-alerts.yml
 
 clean:
 	rm -rf bin
