@@ -2,7 +2,7 @@
 # `make test` installs what it needs and runs the whole suite.
 GO     ?= go
 
-.PHONY: run build test lint vet fmt-check spec-lint deps tools-test clean
+.PHONY: run build test lint vet fmt-check spec-lint rules-lint deps tools-test clean screenshots
 
 run: deps
 	$(GO) run ./cmd/server
@@ -15,7 +15,10 @@ deps:
 
 # The tests start real redis-servers (and a redis-sentinel); the README
 # quickstart test runs curl; the PHP client's tests run PHPUnit on php with
-# ext-curl and Symfony Lock (neither has a command: clients/php/tools/need-php.sh).
+# ext-curl and Symfony Lock (neither has a command: clients/php/tools/need-php.sh);
+# the dashboard's browser test (ui/) drives Debian's chromium headless; deploy/'s
+# tests run promtool (Debian's prometheus package) over the alert rules, their
+# unit tests and the Grafana dashboard's queries.
 tools-test:
 	@scripts/need.sh redis-server redis-server
 	@scripts/need.sh redis-sentinel redis-sentinel
@@ -26,11 +29,13 @@ tools-test:
 	@scripts/need.sh phpunit phpunit
 	@clients/php/tools/need-php.sh 'extension_loaded("curl")' php-curl
 	@clients/php/tools/need-php.sh 'is_file("/usr/share/php/Symfony/Component/Lock/LockFactory.php")' php-symfony-lock
+	@scripts/need.sh chromium chromium
+	@scripts/need.sh promtool prometheus
 
 test: deps tools-test lint
 	$(GO) test -race -count=1 -timeout 15m ./...
 
-lint: fmt-check vet spec-lint
+lint: fmt-check vet spec-lint rules-lint
 
 vet:
 	$(GO) vet ./...
@@ -43,8 +48,18 @@ fmt-check:
 spec-lint:
 	cd tools && $(GO) run github.com/daveshanley/vacuum lint --details --ruleset ../api/vacuum.yaml ../api/openapi.yaml
 
+# The Prometheus alert rules of deploy/ (their unit tests run in make test).
+rules-lint:
+	@scripts/need.sh promtool prometheus
+	promtool check rules deploy/prometheus/baton-alerts.yml
+
 clean:
 	rm -rf bin
+
+# The README's dashboard screenshots (docs/*.png), taken by the browser test;
+# make test takes them too, but into a temporary directory.
+screenshots: deps tools-test
+	$(GO) test -count=1 -run '^TestDashboard$$' ./ui -screenshots
 
 # The side-by-side benchmark of issue 4 (bench/): it starts its own redis-server,
 # etcd and Baton on free loopback ports. bench-quick: <= 2 min, writes
