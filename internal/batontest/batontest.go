@@ -50,7 +50,7 @@ type Server struct {
 	env  []string
 	mu   sync.Mutex
 	cmd  *exec.Cmd
-	logs *bytes.Buffer
+	logs *lockedBuffer
 	done chan struct{}
 }
 
@@ -138,7 +138,7 @@ func (s *Server) start() error {
 	bin, _ := Binary()
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), s.env...)
-	logs := &bytes.Buffer{}
+	logs := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		return err
@@ -227,4 +227,23 @@ func Ctx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// lockedBuffer is the server's output: the process writes it (through the
+// goroutine os/exec copies with) while tests read it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
