@@ -186,3 +186,27 @@ func testSessionRules(t *testing.T, cluster bool) {
 		t.Errorf("session %s: want no holds after its only hold was released", g.Raw)
 	}
 }
+
+// A session ended with DELETE is gone for a second DELETE, also when it was
+// made with an Idempotency-Key (its key then stays for the grace, for a retry of
+// the POST to be told it ended).
+func TestSessionEndTwice(t *testing.T) { onBoth(t, testSessionEndTwice) }
+
+func testSessionEndTwice(t *testing.T, cluster bool) {
+	e := newEnv(t, envOptions{Cluster: cluster})
+	for _, header := range []map[string]string{nil, {"Idempotency-Key": "end-twice"}} {
+		s := e.newSession(map[string]any{"ttl_ms": 30000}, header)
+		wantStatus(t, e.do(req{Method: "POST", Path: "/v1/locks/et", Body: map[string]any{"session": s.Str("session")}}), http.StatusCreated, "")
+		end := e.do(req{Method: "DELETE", Path: s.Str("url")})
+		wantStatus(t, end, http.StatusOK, "")
+		if end.Int("released") != 1 {
+			t.Errorf("first DELETE released %d holds, want 1", end.Int("released"))
+		}
+		wantStatus(t, e.do(req{Method: "DELETE", Path: s.Str("url")}), http.StatusNotFound, "session-not-found")
+		wantStatus(t, e.do(req{Method: "GET", Path: s.Str("url")}), http.StatusNotFound, "session-not-found")
+		if header != nil {
+			again := e.do(req{Method: "POST", Path: "/v1/sessions", Body: map[string]any{"ttl_ms": 30000}, Header: header})
+			wantStatus(t, again, http.StatusConflict, "")
+		}
+	}
+}
