@@ -7,8 +7,10 @@ GO     ?= go
 run: deps
 	$(GO) run ./cmd/server
 
+# bin/baton-server is the server, bin/baton the CLI (cmd/baton).
 build: deps
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o bin/baton ./cmd/server
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o bin/baton-server ./cmd/server
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o bin/baton ./cmd/baton
 
 deps:
 	$(GO) mod download
