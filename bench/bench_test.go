@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"math"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -144,5 +146,35 @@ func TestCountLabel(t *testing.T) {
 		if got := countLabel(tt.give); got != tt.want {
 			t.Errorf("countLabel(%d) = %q, want %q", tt.give, got, tt.want)
 		}
+	}
+}
+
+func TestPrebuilt(t *testing.T) {
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "baton")
+	plain := filepath.Join(dir, "notes.txt")
+	if err := os.WriteFile(exe, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(plain, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		give    string
+		want    string
+		wantErr bool
+	}{
+		{give: exe, want: exe},
+		{give: plain, wantErr: true},
+		{give: dir, wantErr: true},
+		{give: filepath.Join(dir, "missing"), wantErr: true},
+	} {
+		got, err := prebuilt(tt.give)
+		if got != tt.want || (err != nil) != tt.wantErr {
+			t.Errorf("prebuilt(%q) = %q, %v; want %q, error %v", tt.give, got, err, tt.want, tt.wantErr)
+		}
+	}
+	if got := binaryCommit(plain); got != "" {
+		t.Errorf("binaryCommit(a text file) = %q, want none", got)
 	}
 }

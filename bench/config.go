@@ -45,7 +45,8 @@ type config struct {
 	namesGuard  time.Duration  // fence guard of Baton and redis-script, and the leases' ttl
 	namesMax    map[string]int // system -> the most names it runs with; absent: no cap
 
-	etcdTmpfs bool // etcd's data directory on /dev/shm instead of disk
+	etcdTmpfs bool   // etcd's data directory on /dev/shm instead of disk
+	batonBin  string // a prebuilt Baton to run instead of building ./cmd/server; "" builds
 
 	scenarios map[string]bool // nil: all
 	systems   map[string]bool // nil: all

@@ -8,7 +8,8 @@
 // It starts everything it measures itself, on free loopback ports: a redis-server,
 // an etcd and a Baton built from this tree, and stops them again at the end, also
 // on error and Ctrl-C. On a machine with two or more CPUs the serving side runs on
-// CPU 1 and this process (the load generator) on CPU 0.
+// CPU 1 and this process (the load generator) on CPU 0. With -baton-bin it runs
+// a prebuilt Baton instead, to compare two commits (see the README).
 //
 //	go run ./bench          # quick: about a minute and a half
 //	go run ./bench -full    # full: under ten minutes, also writes RESULTS.md and the chart
@@ -62,6 +63,7 @@ func run(ctx context.Context, args []string) error {
 	outDir := fs.String("out", "", "directory for results.json etc. (default: bench/ of the module)")
 	names := fs.String("names", "", "names: comma-separated counts of distinct names (default: the mode's)")
 	namesGuard := fs.Duration("names-guard", 0, "names: the fence guard, and the leases' ttl (default: the mode's)")
+	batonBin := fs.String("baton-bin", "", "run this prebuilt Baton server binary instead of building ./cmd/server (to compare commits: see the README)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -72,6 +74,11 @@ func run(ctx context.Context, args []string) error {
 	}
 	cfg.rate = *rate
 	cfg.etcdTmpfs = *etcdTmpfs
+	if *batonBin != "" {
+		if cfg.batonBin, err = prebuilt(*batonBin); err != nil {
+			return err
+		}
+	}
 	if *duration > 0 {
 		cfg.duration = *duration
 	}
@@ -188,6 +195,23 @@ func moduleRoot() (string, error) {
 		}
 		dir = parent
 	}
+}
+
+// prebuilt is the absolute path of an executable regular file, or an error
+// saying why path is not one.
+func prebuilt(path string) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", fmt.Errorf("-baton-bin %s: %w", path, err)
+	}
+	st, err := os.Stat(abs)
+	if err != nil {
+		return "", fmt.Errorf("-baton-bin: %w", err)
+	}
+	if !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0 {
+		return "", fmt.Errorf("-baton-bin %s: not an executable file", path)
+	}
+	return abs, nil
 }
 
 func splitSet(s string) map[string]bool {

@@ -51,7 +51,8 @@ Everything runs on this one machine, started by the harness on free loopback
 ports: one redis-server (no persistence) shared by Baton, redislock and
 redis-script; one etcd (single member; its data directory is given under Setup:
 on disk by default, as etcd is deployed, fsyncing its WAL on every write, or on
-tmpfs with ` + "`-etcd-tmpfs`" + `); Baton built from the tree.
+tmpfs with ` + "`-etcd-tmpfs`" + `); Baton built from the tree, or the prebuilt
+binary ` + "`-baton-bin`" + ` names (Setup says which, and its commit).
 
 - **baton**: HTTP/1.1 through the ` + "`client`" + ` package: POST /v1/locks/{name},
   DELETE the lease.
