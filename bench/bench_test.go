@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton/internal/batontest"
 	"github.com/batonhq/baton/internal/redistest"
 )
 
@@ -176,5 +177,63 @@ func TestPrebuilt(t *testing.T) {
 	}
 	if got := binaryCommit(plain); got != "" {
 		t.Errorf("binaryCommit(a text file) = %q, want none", got)
+	}
+}
+
+// TestSharedScript runs the shared scenario's redis-script side against a real
+// redis-server: overlapping shared pairs on one lock, and runs of shared tickets
+// that one release grants together.
+func TestSharedScript(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	pid, err := redisPID(ctx, srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := newRedisClient(srv.Addr())
+	t.Cleanup(func() { _ = rdb.Close() })
+	s := newScriptLocker(rdb, "smoke")
+
+	pair := func(ctx context.Context, _ string) error { return s.sharedPair(ctx, "one") }
+	u, err := uncontended(ctx, target{sysRedisScript, pair, []int{pid}}, 4, 50*time.Millisecond, 200*time.Millisecond, 0, "smoke-s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.ops <= 0 || u.errors != 0 {
+		t.Errorf("shared pairs: got %+v, want pairs and no errors", u)
+	}
+	if n, err := rdb.Exists(ctx, "smoke:{one}", "smoke:{one}:s", "smoke:{one}:q").Result(); err != nil || n != 0 {
+		t.Errorf("after the shared pairs: %d hold or queue keys left (%v), want none", n, err)
+	}
+
+	r, err := sharedRounds(ctx, scriptSharedRound(rdb, s), 4, 3, "smoke-run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.rounds != 3 || r.firstP50 <= 0 || r.lastP50 < r.firstP50 || r.lastP99 < r.lastP50 {
+		t.Errorf("shared rounds: got %+v, want 3 rounds with 0 < first <= last", r)
+	}
+}
+
+// TestSharedBaton runs the shared scenario's Baton side against a real Baton:
+// a shared pair over HTTP, and runs of long-polled shared tickets.
+func TestSharedBaton(t *testing.T) {
+	srv := batontest.Start(t, batontest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b := newBatonShared(srv.URL)
+	t.Cleanup(b.hc.CloseIdleConnections)
+	for range 3 {
+		if err := b.pair(ctx, "one"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := sharedRounds(ctx, b.round, 4, 2, "run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.rounds != 2 || r.firstP50 <= 0 || r.lastP50 < r.firstP50 {
+		t.Errorf("shared rounds: got %+v, want 2 rounds with 0 < first <= last", r)
 	}
 }

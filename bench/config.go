@@ -29,6 +29,13 @@ type config struct {
 	handoffWaiters []int
 	handoffSamples int // handoffs measured per run (at least; whole rounds)
 
+	// shared
+	sharedClients  int           // clients taking shared holds on one lock
+	sharedDuration time.Duration // measured part of one run of their pairs
+	sharedWarmup   time.Duration
+	sharedTickets  int // queued shared tickets one exclusive release grants
+	sharedRounds   int // runs of them per run
+
 	// waiters
 	waiterLevels []int // the last is raised to what the machine allows (see maxWaiters)
 	waiterCap    int   // never more than this many, whatever the machine allows
@@ -61,6 +68,11 @@ func quickConfig() config {
 		warmup:         250 * time.Millisecond,
 		handoffWaiters: []int{2, 16, 64},
 		handoffSamples: 64,
+		sharedClients:  16,
+		sharedDuration: time.Second,
+		sharedWarmup:   250 * time.Millisecond,
+		sharedTickets:  16,
+		sharedRounds:   40,
 		waiterLevels:   []int{1000, 10000, 20000},
 		waiterCap:      20000,
 		idleWindow:     1500 * time.Millisecond,
@@ -83,6 +95,11 @@ func fullConfig() config {
 		warmup:         500 * time.Millisecond,
 		handoffWaiters: []int{2, 16, 64},
 		handoffSamples: 300,
+		sharedClients:  16,
+		sharedDuration: 1500 * time.Millisecond,
+		sharedWarmup:   500 * time.Millisecond,
+		sharedTickets:  16,
+		sharedRounds:   100,
 		waiterLevels:   []int{1000, 10000, 20000, 50000},
 		waiterCap:      50000,
 		idleWindow:     4 * time.Second,

@@ -3,7 +3,8 @@
 // layer can approach), on one machine in one run, and writes bench/results.json
 // (and, with -full, bench/RESULTS.md and bench/results.svg). See issue 4. Its
 // names scenario measures what a lock name costs Redis after its last release
-// (issue 16), and makes the run exit 1 when keys outlive the fence guard.
+// (issue 16), and makes the run exit 1 when keys outlive the fence guard; its
+// shared scenario, shared holds on one lock (issue 10).
 //
 // It starts everything it measures itself, on free loopback ports: a redis-server,
 // an etcd and a Baton built from this tree, and stops them again at the end, also
@@ -54,7 +55,7 @@ func main() {
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	full := fs.Bool("full", false, "the full comparison (<= 10 min); also writes RESULTS.md and results.svg")
-	only := fs.String("only", "", "comma-separated scenarios to run (uncontended,handoff,waiters,expiry_handoff,names); default all")
+	only := fs.String("only", "", "comma-separated scenarios to run (uncontended,handoff,shared,waiters,expiry_handoff,names); default all")
 	systems := fs.String("systems", "", "comma-separated systems to run (baton,etcd,redislock,redis-script); default all")
 	rate := fs.Float64("rate", 0, "uncontended: open-loop at this many pairs/s per run instead of closed-loop max throughput")
 	etcdTmpfs := fs.Bool("etcd-tmpfs", false, "put etcd's data directory on tmpfs (/dev/shm), so its fsyncs cost nothing")
@@ -133,6 +134,7 @@ func run(ctx context.Context, args []string) error {
 	}{
 		{"uncontended", runUncontendedAll},
 		{"handoff", runHandoffAll},
+		{"shared", runSharedAll},
 		{"waiters", runWaitersAll},
 		{"expiry_handoff", runExpiryAll},
 		{"names", runNamesAll},

@@ -85,6 +85,17 @@ Scenarios:
   releases at once. Handoff = the moment the next waiter sees its grant minus the
   moment the previous holder sent its release. Inversions = grants to anyone but
   the earliest-arrived waiter still waiting, summed over all grants.
+- **shared**: 16 clients (closed loop) take a shared
+  hold on one lock and release it, for a fixed time after a warm-up: pairs/s,
+  latency per pair and server CPU per pair as in uncontended (baton: POST with
+  ` + "`shared: true`" + `, DELETE the lease; redis-script: Baton's acquire script with
+  shared '1' and its release script). And rounds of a run: an exclusive holder,
+  16 shared fair tickets queued behind it in arrival order (baton: each
+  long-polled, the release sent once Baton holds all 16 polls; redis-script:
+  queued with Baton's scripts, grants read from one pub/sub subscription), then
+  the holder's release, which grants all 16 in one script call. Per round: the
+  time from the release being sent to the first, and to the last, of the 16
+  holding; the grants are released after that, outside the measured time.
 - **waiters**: a fresh Baton holds N non-fair acquires (wait 10 min) behind 100
   held locks, one connection each (several loopback source addresses past 20000).
   RSS per waiter = (VmRSS with N waiting - VmRSS before) / N; Redis connections

@@ -78,16 +78,34 @@ func (s *scriptLocker) keys(name string) []string {
 // pair acquires and releases name, as Baton's store does for a free lock: a fresh
 // 128-bit lease id whose SHA-256 is what Redis keeps.
 func (s *scriptLocker) pair(ctx context.Context, name string) error {
+	return s.pairMode(ctx, name, false)
+}
+
+// pairMode is pair, for a shared hold when shared is set.
+func (s *scriptLocker) pairMode(ctx context.Context, name string, shared bool) error {
 	lh := leaseHash()
 	keys := s.keys(name)
-	v, err := s.acq.Run(ctx, s.rdb, keys, s.args(lh, s.ttlMs, "new", "", "", false, 0, "")...).Slice()
+	if err := s.acquire(ctx, keys, s.args(lh, s.ttlMs, "new", "", "", shared, 0, ""), "granted"); err != nil {
+		return err
+	}
+	return s.release(ctx, keys, lh)
+}
+
+// acquire runs the acquire script and checks that it answered want.
+func (s *scriptLocker) acquire(ctx context.Context, keys []string, args []any, want string) error {
+	v, err := s.acq.Run(ctx, s.rdb, keys, args...).Slice()
 	if err != nil {
 		return fmt.Errorf("acquire script: %w", err)
 	}
-	if code, _ := v[0].(string); code != "granted" {
-		return fmt.Errorf("acquire script: %v", v[0])
+	if code, _ := v[0].(string); code != want {
+		return fmt.Errorf("acquire script: %v, want %s", v[0], want)
 	}
-	v, err = s.rel.Run(ctx, s.rdb, keys[:3], lh, "", "0").Slice()
+	return nil
+}
+
+// release releases one hold of lease hash lh on the lock of keys.
+func (s *scriptLocker) release(ctx context.Context, keys []string, lh string) error {
+	v, err := s.rel.Run(ctx, s.rdb, keys[:3], lh, "", "0").Slice()
 	if err != nil {
 		return fmt.Errorf("release script: %w", err)
 	}
