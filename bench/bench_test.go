@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"math"
+	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton/auth"
 	"github.com/batonhq/baton/internal/batontest"
 	"github.com/batonhq/baton/internal/redistest"
 )
@@ -237,3 +239,61 @@ func TestSharedBaton(t *testing.T) {
 		t.Errorf("shared rounds: got %+v, want 2 rounds with 0 < first <= last", r)
 	}
 }
+
+// TestKeysMode checks -auth-compare's pieces against real Batons: the keys file
+// it writes is valid and grants lock on every name, its client's Bearer key is
+// accepted, and a Baton that serves without a key is caught.
+func TestKeysMode(t *testing.T) {
+	key := auth.NewKey()
+	path, err := writeKeysFile(t.TempDir(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := auth.ReadKeys(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 1 {
+		t.Fatalf("keys file: got %d keys, want 1", len(keys))
+	}
+	if k := keys[0]; k.SHA256 != auth.KeySHA256(key) || len(k.Allow) != 1 || !k.Allow[0].Allows(auth.ActionLock, "any:name") {
+		t.Errorf("keys file: got %+v, want the key's hash granted lock on every name", k)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	keyed := batontest.Start(t, batontest.Options{Keys: true})
+	if err := checkKeysMode(ctx, keyed.URL, keyed.Keys.Full); err != nil {
+		t.Errorf("keys mode: %v", err)
+	}
+	if err := batonPair(keyClient(keyed.URL, keyed.Keys.Full), 0)(ctx, "pair"); err != nil {
+		t.Errorf("a pair with the key: %v", err)
+	}
+	open := batontest.Start(t, batontest.Options{})
+	if err := checkKeysMode(ctx, open.URL, keyed.Keys.Full); err == nil {
+		t.Error("protected mode passed the keys-mode check, want an error")
+	}
+}
+
+func TestBearer(t *testing.T) {
+	var got string
+	rt := bearer{header: "Bearer k", next: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		got = r.Header.Get("Authorization")
+		return &http.Response{StatusCode: http.StatusNoContent, Body: http.NoBody, Request: r}, nil
+	})}
+	req, err := http.NewRequest(http.MethodGet, "http://example.invalid/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.RoundTrip(req); err != nil {
+		t.Fatal(err)
+	}
+	if got != "Bearer k" || req.Header.Get("Authorization") != "" {
+		t.Errorf("sent %q, caller's request now %q; want the header sent and the caller's request untouched",
+			got, req.Header.Get("Authorization"))
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

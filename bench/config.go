@@ -55,6 +55,10 @@ type config struct {
 	etcdTmpfs bool   // etcd's data directory on /dev/shm instead of disk
 	batonBin  string // a prebuilt Baton to run instead of building ./cmd/server; "" builds
 
+	// uncontended: also Baton with access control off and in keys mode
+	// (baton-off, baton-keys), beside the default protected mode (baton)
+	authCompare bool
+
 	scenarios map[string]bool // nil: all
 	systems   map[string]bool // nil: all
 }

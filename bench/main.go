@@ -64,6 +64,7 @@ func run(ctx context.Context, args []string) error {
 	outDir := fs.String("out", "", "directory for results.json etc. (default: bench/ of the module)")
 	names := fs.String("names", "", "names: comma-separated counts of distinct names (default: the mode's)")
 	namesGuard := fs.Duration("names-guard", 0, "names: the fence guard, and the leases' ttl (default: the mode's)")
+	authCompare := fs.Bool("auth-compare", false, "uncontended: also run Baton with BATON_AUTH=off (baton-off) and in keys mode with a Bearer key (baton-keys)")
 	batonBin := fs.String("baton-bin", "", "run this prebuilt Baton server binary instead of building ./cmd/server (to compare commits: see the README)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -75,6 +76,7 @@ func run(ctx context.Context, args []string) error {
 	}
 	cfg.rate = *rate
 	cfg.etcdTmpfs = *etcdTmpfs
+	cfg.authCompare = *authCompare
 	if *batonBin != "" {
 		if cfg.batonBin, err = prebuilt(*batonBin); err != nil {
 			return err

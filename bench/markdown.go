@@ -56,6 +56,11 @@ binary ` + "`-baton-bin`" + ` names (Setup says which, and its commit).
 
 - **baton**: HTTP/1.1 through the ` + "`client`" + ` package: POST /v1/locks/{name},
   DELETE the lease.
+- **baton-off**, **baton-keys** (only with ` + "`-auth-compare`" + `, in uncontended):
+  the same Baton binary, each in a process of its own with its own key prefix,
+  with ` + "`BATON_AUTH=off`" + `, and in keys mode (` + "`BATON_AUTH_FILE`" + ` with one key granted
+  lock on ` + "`*`" + `, sent by the client as ` + "`Authorization: Bearer`" + `); ` + "`baton`" + ` is the
+  default, protected mode.
 - **etcd**: its JSON gateway with net/http: lease grant, /v3/lock/lock,
   /v3/lock/unlock, lease revoke, which is what one acquire+release costs a client
   of that API.

@@ -275,6 +275,7 @@ func evaluateGoals(r *results) []goal {
 	}
 	x := r.exp(sysBaton)
 	add("expiry_handoff: baton p99 <= 50 ms", x != nil, gotExp(x), x != nil && x.P99 <= 50)
+	gs = append(gs, authGoals(r)...)
 	return append(gs, namesGoals(r)...)
 }
 

@@ -56,14 +56,15 @@ type batonShared struct {
 }
 
 func newBatonShared(base string) *batonShared {
-	hc := benchHTTPClient()
+	hc := benchHTTPClient(nil)
 	return &batonShared{c: client.New(base, client.WithHTTPClient(hc)), hc: hc, base: base}
 }
 
 // benchHTTPClient is tuned as client/'s default (a large idle pool, no overall
-// timeout: long-polls are bounded by their context).
-func benchHTTPClient() *http.Client {
-	return &http.Client{Transport: &http.Transport{
+// timeout: long-polls are bounded by their context), with wrap, if not nil,
+// around its transport.
+func benchHTTPClient(wrap func(http.RoundTripper) http.RoundTripper) *http.Client {
+	var rt http.RoundTripper = &http.Transport{
 		Proxy:                 http.ProxyFromEnvironment,
 		DialContext:           (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		ForceAttemptHTTP2:     true,
@@ -72,7 +73,11 @@ func benchHTTPClient() *http.Client {
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,
-	}}
+	}
+	if wrap != nil {
+		rt = wrap(rt)
+	}
+	return &http.Client{Transport: rt}
 }
 
 type sharedAcquireJSON struct {

@@ -74,6 +74,7 @@ func (r *results) table() string {
 			b.WriteString(mdTable([]string{"concurrency", "baton/etcd throughput", "baton/redis-script throughput", "baton/etcd server CPU per pair"}, rr))
 			b.WriteString("\n")
 		}
+		b.WriteString(r.authTable())
 	}
 	if len(r.Handoff) > 0 {
 		b.WriteString("### handoff: release sent -> next queued waiter holds the lock (median of runs; inversions summed)\n\n")
@@ -113,7 +114,11 @@ func (r *results) table() string {
 	}
 	b.WriteString(r.namesTable())
 	b.WriteString(r.loadNote() + "\n\n")
-	b.WriteString("### goals (issue 4; names: issue 16)\n\n")
+	issues := "issue 4; names: issue 16"
+	if len(authGoals(r)) > 0 {
+		issues += "; access control: issue 9"
+	}
+	b.WriteString("### goals (" + issues + ")\n\n")
 	var rows [][]string
 	for _, g := range r.Goals {
 		rows = append(rows, []string{g.Status, g.Goal, g.Got})
