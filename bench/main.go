@@ -61,7 +61,7 @@ func run(ctx context.Context, args []string) error {
 	etcdTmpfs := fs.Bool("etcd-tmpfs", false, "put etcd's data directory on tmpfs (/dev/shm), so its fsyncs cost nothing")
 	duration := fs.Duration("duration", 0, "uncontended: measured time of one run (default: the mode's)")
 	concurrency := fs.Int("concurrency", 0, "uncontended: only this concurrency (default: 1, 16 and 64)")
-	outDir := fs.String("out", "", "directory for results.json etc. (default: bench/ of the module)")
+	outDir := fs.String("out", "", "directory for results.json etc., made if missing (default: bench/ of the module)")
 	names := fs.String("names", "", "names: comma-separated counts of distinct names (default: the mode's)")
 	namesGuard := fs.Duration("names-guard", 0, "names: the fence guard, and the leases' ttl (default: the mode's)")
 	authCompare := fs.Bool("auth-compare", false, "uncontended: also run Baton with BATON_AUTH=off (baton-off) and in keys mode with a Bearer key (baton-keys)")
@@ -109,6 +109,9 @@ func run(ctx context.Context, args []string) error {
 	dir := *outDir
 	if dir == "" {
 		dir = filepath.Join(root, "bench")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("-out: %w", err)
 	}
 
 	started := time.Now()
