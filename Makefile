@@ -95,21 +95,26 @@ chaos: deps tools-test
 chaos-quick: deps tools-test
 	$(GO) run ./chaos
 
-# Native Go fuzzing (handlers/fuzz*_test.go) of request decoding and validation,
-# lock names and the whole router, over a real redis-server: each target for
-# FUZZTIME, one after another; fuzz-quick: 10s each. The committed corpus
-# (handlers/testdata/fuzz) also runs, as ordinary tests, in make test. Each of
-# FUZZPARALLEL workers starts its own redis-server. New inputs are minimized for
-# at most 300 runs: over real HTTP and Redis, the default 60 s stalls a short run.
+# Native Go fuzzing, each target for FUZZTIME, one after another: handlers/
+# (fuzz*_test.go) fuzzes request decoding and validation, lock names and the
+# whole router (with its Authorization header) over a real redis-server; auth/
+# (fuzz_test.go) fuzzes the Authorization header's parser and the keys file's.
+# fuzz-quick: 10s each. The committed corpora (<package>/testdata/fuzz) also
+# run, as ordinary tests, in make test. Each of FUZZPARALLEL workers of a
+# handlers target starts its own redis-server. New inputs are minimized for at
+# most 300 runs: over real HTTP and Redis, the default 60 s stalls a short run.
+# FUZZTARGETS are package:target pairs.
 FUZZTIME     ?= 30s
 FUZZPARALLEL ?= 1
-FUZZTARGETS  := FuzzAcquireBody FuzzRenewBody FuzzLockName FuzzRouter
+FUZZTARGETS  := handlers:FuzzAcquireBody handlers:FuzzRenewBody handlers:FuzzLockName handlers:FuzzRouter \
+	auth:FuzzBearer auth:FuzzParseKeys
 .PHONY: fuzz fuzz-quick
 
 fuzz: deps tools-test
-	@set -e; for t in $(FUZZTARGETS); do \
-		echo "fuzz: $$t for $(FUZZTIME)"; \
-		$(GO) test ./handlers -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 300x -parallel $(FUZZPARALLEL); \
+	@set -e; for pt in $(FUZZTARGETS); do \
+		p=$${pt%%:*}; t=$${pt#*:}; \
+		echo "fuzz: ./$$p $$t for $(FUZZTIME)"; \
+		$(GO) test ./$$p -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 300x -parallel $(FUZZPARALLEL); \
 	done
 
 fuzz-quick:
