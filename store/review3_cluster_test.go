@@ -6,16 +6,21 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"os/exec"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/batonhq/baton/internal/redistest"
+	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/store"
 )
 
@@ -548,5 +553,142 @@ func TestR3URLErrorsNeverEchoThePassword(t *testing.T) {
 		if err != nil && strings.Contains(err.Error(), tt.secret) {
 			t.Errorf("NewClient(a URL with password part %q): error %q shows it", tt.secret, err)
 		}
+	}
+}
+
+// A master SIGKILLed under every kind of long-poll (non-fair acquire, fair
+// acquire, ticket poll, watch): those on its shard answer (503) within
+// seconds, those on other shards keep waiting and are woken by releases; the
+// undo cleaner empties its backlog on the promoted master; the pub/sub links
+// end up on masters only, as many as baton_pubsub_connections says; and
+// after Close nothing is left running. (An attack that failed: it passes.)
+func TestR3FailoverUnderEveryLongPoll(t *testing.T) {
+	c := redistest.StartCluster(t, redistest.ClusterConfig{})
+	ctx := context.Background()
+	before := runtime.NumGoroutine()
+	rdb, err := store.NewClient(c.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := metrics.New()
+	s := store.New(rdb, store.Options{Prefix: "r3k", Metrics: m, WaitReplicas: 1, WaitTimeout: time.Second,
+		Logger: zerolog.New(zerolog.NewTestWriter(t))})
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			_ = s.Close()
+			_ = rdb.Close()
+		}
+	})
+	for deadline := time.Now().Add(10 * time.Second); s.Ready(ctx) != nil; {
+		if time.Now().After(deadline) {
+			t.Fatal("not ready")
+		}
+		time.Sleep(20 * time.Millisecond) // readiness is only known by asking
+	}
+	names := namesOnEveryShard(t, c, "r3k", 1)
+	victim, err := c.MasterOf(ctx, "r3k:{"+names[0]+"}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		name, kind string
+		err        error
+	}
+	answers := make(chan answer, 4*len(names))
+	leases := map[string]string{}
+	for _, name := range names {
+		first, err := s.Acquire(ctx, store.AcquireRequest{Name: name, TTL: 30 * time.Second})
+		if err != nil || first.Lease == nil {
+			t.Fatal(first, err)
+		}
+		leases[name] = first.Lease.ID
+		queued, err := s.Acquire(ctx, store.AcquireRequest{Name: name, TTL: 30 * time.Second, Fair: true})
+		if err != nil || queued.Ticket == nil {
+			t.Fatal(queued, err)
+		}
+		go func() {
+			_, err := s.Poll(ctx, store.Ref{Name: name, ID: queued.Ticket.ID}, 20*time.Second)
+			answers <- answer{name, "poll", err}
+		}()
+		go func() {
+			_, err := s.Acquire(ctx, store.AcquireRequest{Name: name, TTL: 30 * time.Second, Wait: 20 * time.Second, Fair: true})
+			answers <- answer{name, "fair acquire", err}
+		}()
+		go func() {
+			_, err := s.Acquire(ctx, store.AcquireRequest{Name: name, TTL: 30 * time.Second, Wait: 20 * time.Second})
+			answers <- answer{name, "acquire", err}
+		}()
+		go func() {
+			_, err := s.Watch(ctx, name, nil, 20*time.Second)
+			answers <- answer{name, "watch", err}
+		}()
+		awaitWaiters(t, s, name, 4)
+	}
+
+	victim.Kill()
+	killed := time.Now()
+	for range 4 {
+		select {
+		case a := <-answers:
+			if a.name != names[0] {
+				t.Errorf("%s on a live shard answered %v while another shard failed over", a.kind, a.err)
+			} else if !errors.Is(a.err, store.ErrUnavailable) {
+				t.Errorf("%s on the dead shard: %v, want ErrUnavailable", a.kind, a.err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("long-polls on the dead master still waiting %v after the kill", time.Since(killed))
+		}
+	}
+	if err := c.AwaitHealthy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The live shards' waiters are still woken by releases.
+	for _, name := range names[1:] {
+		if _, err := s.Release(ctx, store.Ref{Name: name, ID: leases[name]}); err != nil {
+			t.Fatalf("%s: release: %v", name, err)
+		}
+	}
+	for range 2 * 2 { // per live lock: the poll (granted) and the watch (changed)
+		select {
+		case a := <-answers:
+			if a.err != nil || a.name == names[0] {
+				t.Errorf("%s %s after a release: %v", a.name, a.kind, a.err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a release on a live shard woke nobody")
+		}
+	}
+	// Undos and links settle.
+	deadline := time.Now().Add(8 * time.Second)
+	for {
+		links, masters := s.R3Links(), s.R3Masters()
+		onMasters := true
+		for _, l := range links {
+			if !slices.Contains(masters, l) {
+				onMasters = false
+			}
+		}
+		if s.R3PendingUndos() == 0 && onMasters && float64(len(links)) == testutil.ToFloat64(m.PubSubConns) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("undos pending %d; links %v, masters %v, baton_pubsub_connections %v",
+				s.R3PendingUndos(), links, masters, testutil.ToFloat64(m.PubSubConns))
+		}
+		time.Sleep(20 * time.Millisecond) // only visible by asking
+	}
+	closed = true
+	start := time.Now()
+	_ = s.Close()
+	_ = rdb.Close()
+	if d := time.Since(start); d > store.WorstCall {
+		t.Errorf("Close took %v", d)
+	}
+	for deadline := time.Now().Add(5 * time.Second); runtime.NumGoroutine() > before+2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines after Close, %d before the store", runtime.NumGoroutine(), before)
+		}
+		time.Sleep(20 * time.Millisecond) // goroutines end by themselves
 	}
 }
