@@ -692,3 +692,152 @@ func TestR3FailoverUnderEveryLongPoll(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // goroutines end by themselves
 	}
 }
+
+// r3Roles maps each master's address to its replica's node, on c now.
+func r3Roles(t *testing.T, c *redistest.Cluster) (masters []string, replicaOf map[string]*redistest.Server) {
+	t.Helper()
+	replicaOf = map[string]*redistest.Server{}
+	for _, n := range c.Nodes {
+		info, err := n.Client(t).Info(context.Background(), "replication").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(info, "role:master") {
+			masters = append(masters, n.Addr())
+			continue
+		}
+		for _, line := range strings.Split(info, "\r\n") {
+			if p, ok := strings.CutPrefix(line, "master_port:"); ok {
+				replicaOf["127.0.0.1:"+p] = n
+			}
+		}
+	}
+	slices.Sort(masters)
+	return masters, replicaOf
+}
+
+// r3ManualFailover promotes a replica (CLUSTER FAILOVER, no data lost) and
+// waits until every node's slot map names it where it named its old master.
+func r3ManualFailover(t *testing.T, c *redistest.Cluster, replica *redistest.Server) {
+	t.Helper()
+	ctx := context.Background()
+	cl := replica.Client(t)
+	if err := cl.Do(ctx, "cluster", "failover").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		agreed := true
+		for _, n := range c.Nodes {
+			slots, err := n.Client(t).ClusterSlots(ctx).Result()
+			if err != nil {
+				agreed = false
+				break
+			}
+			found := false
+			for _, r := range slots {
+				found = found || r.Nodes[0].Addr == replica.Addr()
+			}
+			agreed = agreed && found
+		}
+		if agreed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("manual failover never agreed on")
+		}
+		time.Sleep(10 * time.Millisecond) // slot maps are only visible by asking
+	}
+	if err := c.AwaitHealthy(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// DEFECT (list.go on a cluster): a listing cursor names a node by its index
+// among the masters sorted by address, and carries that node's SCAN cursor.
+// After a failover (here a graceful CLUSTER FAILOVER: nothing is lost, every
+// lock stays held) the promoted replica has another address, the sorted list
+// shifts, and the next page goes on with the SCAN of another node, or skips
+// the rest of a node it thinks it has done: held locks are never listed,
+// though list.go promises SCAN's guarantee ("visits every key that exists from
+// start to end of the iteration").
+//
+// Suggested fix: name the node in the cursor by the slots it serves (say its
+// first slot), not by its place in a list of addresses, and resume from the
+// node that serves that slot now (a replica promoted in its place has the
+// same keys; SCAN from 0 again, keeping "after", when the node changed).
+func TestR3ListingAcrossAFailover(t *testing.T) {
+	c := redistest.StartCluster(t, redistest.ClusterConfig{})
+	s := newClusterStore(t, c, store.Options{Prefix: "r3l"})
+	ctx := context.Background()
+	// Find a node place i and a master v whose failover changes which shard
+	// sits at place i (failing over other masters first if no pair does).
+	place, victim := -1, ""
+	for range 4 {
+		masters, replicaOf := r3Roles(t, c)
+		shard := func(addr string) string { // a node's shard: its master now
+			for m, r := range replicaOf {
+				if r.Addr() == addr {
+					return m
+				}
+			}
+			return addr
+		}
+		for i := range masters {
+			for _, v := range masters {
+				after := append(slices.DeleteFunc(slices.Clone(masters), func(a string) bool { return a == v }), replicaOf[v].Addr())
+				slices.Sort(after)
+				if shard(after[i]) != masters[i] {
+					place, victim = i, v
+				}
+			}
+		}
+		if place >= 0 {
+			break
+		}
+		r3ManualFailover(t, c, replicaOf[masters[0]])
+	}
+	if place < 0 {
+		t.Fatal("no failover moves a shard in the sorted list of masters")
+	}
+	names := namesOnEveryShard(t, c, "r3l", 4)
+	for _, name := range names {
+		if r, err := s.Acquire(ctx, store.AcquireRequest{Name: name, TTL: time.Minute}); err != nil || r.Lease == nil {
+			t.Fatal(r, err)
+		}
+	}
+	listed := map[string]bool{}
+	page, err := s.List(ctx, store.ListRequest{Limit: 1})
+	for ; err == nil && page.Next != "" && !strings.HasPrefix(page.Next, strconv.Itoa(place)+"-"); page, err = s.List(ctx, store.ListRequest{Limit: 1, Cursor: page.Next}) {
+		for _, l := range page.Locks {
+			listed[l.Name] = true
+		}
+	}
+	if err != nil || page.Next == "" {
+		t.Fatalf("the listing never reached node %d: %v", place, err)
+	}
+	for _, l := range page.Locks {
+		listed[l.Name] = true
+	}
+	_, replicaOf := r3Roles(t, c)
+	r3ManualFailover(t, c, replicaOf[victim])
+	for cursor := page.Next; cursor != ""; {
+		page, err := s.List(ctx, store.ListRequest{Limit: 1, Cursor: cursor})
+		if err != nil {
+			t.Fatalf("list after the failover: %v", err)
+		}
+		for _, l := range page.Locks {
+			listed[l.Name] = true
+		}
+		cursor = page.Next
+	}
+	var missing []string
+	for _, name := range names {
+		if !listed[name] {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		t.Errorf("a listing across a failover (of %s, cursor on node %d) never listed %d of %d held locks: %v",
+			victim, place, len(missing), len(names), missing)
+	}
+}
