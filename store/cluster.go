@@ -362,7 +362,13 @@ func redirect(err error) (kind string, slotNo int, addr string, ok bool) {
 	if err != nil {
 		return "", 0, "", false
 	}
-	return f[0], n, f[2], true
+	// Redis writes an IPv6 address unbracketed ("::1:7001"): the port is
+	// after the last colon.
+	addr = f[2]
+	if i := strings.LastIndexByte(addr, ':'); i > 0 && !strings.HasPrefix(addr, "[") {
+		addr = net.JoinHostPort(addr[:i], addr[i+1:])
+	}
+	return f[0], n, addr, true
 }
 
 // evalWaitCluster is evalWait on a cluster: the script, an SPUBLISH to a
