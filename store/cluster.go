@@ -58,24 +58,27 @@ func parseClusterURL(rawURL string) (*redis.ClusterOptions, error) {
 		scheme = clusterTLSScheme
 	}
 	rest := strings.TrimPrefix(rawURL, scheme+"://")
+	// The userinfo ends at the last '@' (a password may hold '@', '/', '?'
+	// or '#' unencoded); the seeds, database and options follow it.
+	o := &redis.ClusterOptions{}
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		user, pass, _ := strings.Cut(rest[:at], ":")
+		var err1, err2 error
+		o.Username, err1 = url.PathUnescape(user)
+		o.Password, err2 = url.PathUnescape(pass)
+		if err1 != nil || err2 != nil {
+			return nil, errors.New("the user name or password is not validly %-encoded")
+		}
+		rest = rest[at+1:]
+	}
 	end := strings.IndexAny(rest, "/?#")
 	if end < 0 {
 		end = len(rest)
 	}
-	authority := rest[:end]
-	hosts := authority
-	userinfo := ""
-	if at := strings.LastIndex(authority, "@"); at >= 0 {
-		userinfo, hosts = authority[:at+1], authority[at+1:]
-	}
-	u, err := url.Parse("redis://" + userinfo + "seeds" + rest[end:])
+	hosts := rest[:end]
+	u, err := url.Parse("redis://seeds" + rest[end:])
 	if err != nil {
 		return nil, errors.New("not a valid URL")
-	}
-	o := &redis.ClusterOptions{}
-	if u.User != nil {
-		o.Username = u.User.Username()
-		o.Password, _ = u.User.Password()
 	}
 	for _, hp := range strings.Split(hosts, ",") {
 		if hp == "" {
@@ -103,11 +106,21 @@ func parseClusterURL(rawURL string) (*redis.ClusterOptions, error) {
 	return o, nil
 }
 
+// urlError is the error of a URL that did not parse, without its text when
+// the URL has a user name or password: parsers quote the parts they refuse,
+// and a password with an unencoded '/', '%' or '?' lands in such a part.
+func urlError(rawURL string, err error) error {
+	if strings.Contains(rawURL, "@") {
+		return errors.New("parse redis url: not a valid URL (the user name and password must be %-encoded)")
+	}
+	return fmt.Errorf("parse redis url: %w", err)
+}
+
 // newClusterClient is NewClient for a cluster URL.
 func newClusterClient(rawURL string) (redis.UniversalClient, error) {
 	o, err := parseClusterURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("parse redis url: %w", err)
+		return nil, urlError(rawURL, err)
 	}
 	connLimits(&o.MaxRetries, &o.DialerRetries, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.ContextTimeoutEnabled)
 	// MOVED and ASK are followed (the command did not run); no other error is
