@@ -161,9 +161,55 @@ func (c onceScripter) once(ctx context.Context, name, body string, keys []string
 		a = append(a, k)
 	}
 	a = append(a, args...)
-	cmd := onceCmd{redis.NewCmd(ctx, a...)}
-	_ = c.Process(ctx, cmd)
-	return cmd.Cmd
+	for attempt := 0; ; attempt++ {
+		cmd := onceCmd{redis.NewCmd(ctx, a...)}
+		_ = c.Process(ctx, cmd)
+		if !tryAgain(ctx, cmd.Err(), attempt) {
+			return cmd.Cmd
+		}
+	}
+}
+
+// tryAgainBudget bounds how long a call waits out a slot's migration.
+const tryAgainBudget = 2 * time.Second
+
+// tryAgain reports whether a call that failed with err should be sent again,
+// after waiting its turn: a TRYAGAIN reply (a script on a slot being migrated
+// names a key that is on the other node, or on neither) says it did not run,
+// and a slot's migration usually ends within milliseconds. Bounded by the
+// call's context and by tryAgainBudget.
+func tryAgain(ctx context.Context, err error, attempt int) bool {
+	if !redis.HasErrorPrefix(err, "TRYAGAIN") {
+		return false
+	}
+	pause := tryAgainPause(attempt)
+	if pause == 0 {
+		return false
+	}
+	t := time.NewTimer(pause)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// tryAgainPause is the pause before attempt+1: 10 ms doubling to 200 ms, 0
+// once tryAgainBudget is spent.
+func tryAgainPause(attempt int) time.Duration {
+	var spent time.Duration
+	for i := 0; ; i++ {
+		p := min(10*time.Millisecond<<min(i, 5), 200*time.Millisecond)
+		if spent+p > tryAgainBudget {
+			return 0
+		}
+		if i == attempt {
+			return p
+		}
+		spent += p
+	}
 }
 
 // topology is the store's own map of slots to masters, and a client per
@@ -402,7 +448,8 @@ func (s *Store) evalWaitCluster(ctx context.Context, sc *redis.Script, keys []st
 	}
 	asking := false
 	eval := sc.EvalSha
-	for range 8 {
+	tries := 0 // TRYAGAIN replies waited out
+	for i := 0; i < 8; i++ {
 		var script, wait *redis.Cmd
 		_, _ = s.topo.node(addr).Pipelined(ctx, func(p redis.Pipeliner) error {
 			if asking {
@@ -425,6 +472,11 @@ func (s *Store) evalWaitCluster(ctx context.Context, sc *redis.Script, keys []st
 		}
 		if redis.HasErrorPrefix(script.Err(), "NOSCRIPT") {
 			eval = sc.Eval
+			continue
+		}
+		if tryAgain(ctx, script.Err(), tries) {
+			tries++
+			i-- // not a redirect
 			continue
 		}
 		v, err = script.Slice()
