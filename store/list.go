@@ -183,6 +183,17 @@ func (s *Store) states(ctx context.Context, names []string) ([]State, error) {
 	}
 	out := make([]State, 0, len(names))
 	for i, c := range cmds {
+		if redis.HasErrorPrefix(c.Err(), "TRYAGAIN") {
+			// Its slot is migrating (go-redis's cluster pipeline sends it again
+			// only when it is first of its node's batch): read it alone, which
+			// waits the migration out (State).
+			st, err := s.State(ctx, names[i])
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, st)
+			continue
+		}
 		v, err := c.Slice()
 		if err != nil {
 			return nil, s.storeErr("list", err)
