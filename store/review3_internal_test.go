@@ -13,7 +13,13 @@ func (s *Store) R3Unsubs(addr, name string) int {
 	if l == nil {
 		return -1
 	}
-	return l.unsubs[s.channel(name)]
+	n := 0
+	for _, op := range l.pending {
+		if !op.sub && op.key == s.channel(name) {
+			n++
+		}
+	}
+	return n
 }
 
 // R3Channel is the address of the link the lock's channel is on, and whether
