@@ -229,7 +229,7 @@ type topology struct {
 	closed  bool
 
 	kick     chan struct{} // a refresh is wanted
-	onChange func()        // called (outside mu) after slots changed
+	onChange []func()      // each called (outside mu) after slots changed
 	done     chan struct{}
 	wg       sync.WaitGroup
 	loaded   atomic.Bool
@@ -314,12 +314,21 @@ func (t *topology) load() {
 		t.slots = next
 		t.version++
 	}
-	f := t.onChange
+	fs := t.onChange
 	t.mu.Unlock()
 	t.loaded.Store(true)
-	if changed && f != nil {
-		f()
+	if changed {
+		for _, f := range fs {
+			f()
+		}
 	}
+}
+
+// listen has f called after every change to the slot map.
+func (t *topology) listen(f func()) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.onChange = append(t.onChange, f)
 }
 
 // master is the address of the master of key's slot, "" while unknown.
@@ -337,11 +346,13 @@ func (t *topology) moved(slotNo int, addr string) {
 		t.slots[slotNo] = addr
 		t.version++
 	}
-	f := t.onChange
+	fs := t.onChange
 	t.mu.Unlock()
 	t.refresh()
-	if changed && f != nil {
-		f()
+	if changed {
+		for _, f := range fs {
+			f()
+		}
 	}
 }
 

@@ -160,9 +160,7 @@ func newDispatcher(rdb redis.UniversalClient, topo *topology, poke func(context.
 		d.newLink("", rdb)
 		d.mu.Unlock()
 	} else {
-		topo.mu.Lock()
-		topo.onChange = d.reroute
-		topo.mu.Unlock()
+		topo.listen(d.reroute)
 	}
 	return d
 }
