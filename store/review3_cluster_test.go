@@ -797,9 +797,10 @@ func TestR3ListingAcrossAFailover(t *testing.T) {
 			t.Fatal(r, err)
 		}
 	}
+	masters, _ := r3Roles(t, c)
 	listed := map[string]bool{}
 	page, err := s.List(ctx, store.ListRequest{Limit: 1})
-	for ; err == nil && page.Next != "" && !strings.HasPrefix(page.Next, strconv.Itoa(place)+"-"); page, err = s.List(ctx, store.ListRequest{Limit: 1, Cursor: page.Next}) {
+	for ; err == nil && page.Next != "" && s.R3CursorNode(ctx, page.Next) != masters[place]; page, err = s.List(ctx, store.ListRequest{Limit: 1, Cursor: page.Next}) {
 		for _, l := range page.Locks {
 			listed[l.Name] = true
 		}

@@ -1,5 +1,11 @@
 package store
 
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+)
+
 // Hooks into the store's internals for the review3 cluster tests
 // (review3_cluster_test.go), which run in package store_test on the shared
 // cluster.
@@ -63,3 +69,16 @@ func (s *Store) R3Masters() []string { return s.topo.masters() }
 
 // R3SessionKey is the key of session id's hash (its slot is the session's).
 func R3SessionKey(s *Store, id string) string { return s.sessionKeys(id)[0] }
+
+// R3CursorNode is the address of the node a listing cursor goes on with.
+func (s *Store) R3CursorNode(ctx context.Context, cursor string) string {
+	nodes, err := s.scanNodes(ctx)
+	if err != nil {
+		return ""
+	}
+	c, err := parseListCursor(cursor, len(nodes))
+	if err != nil {
+		return ""
+	}
+	return nodes[c.node].(*redis.Client).Options().Addr
+}
