@@ -5,12 +5,11 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"maps"
+	"hash/fnv"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -21,6 +20,13 @@ import (
 // (with the node's place on a cluster), so it survives other replicas and ends:
 // SCAN visits every key that exists from start to end of the iteration, and may
 // return a key twice, so a name can appear on two pages.
+//
+// On a cluster the masters are scanned one after another in the order of the
+// first slot each serves, and the cursor names its node by that slot (and a
+// hash of the node's address), not by its place in a list of addresses: after
+// a failover the promoted replica serves the same slots, so the listing goes on
+// with it, scanning it from the start (a SCAN cursor means nothing on another
+// node), and no shard is skipped or done twice.
 
 // ListRequest asks for a page of locks.
 type ListRequest struct {
@@ -52,27 +58,62 @@ const listScanCount, listMaxScans = 1000, 20
 // batch's names are taken in name order, so the next page scans the batch
 // again and goes on after that name: a name deleted meanwhile shifts nothing.
 type listCursor struct {
-	node  int
+	node  int    // the node's place in scanNodes (resolved from first on a cluster)
+	first int    // cluster: the first slot the node serves; -1 on one Redis
+	id    string // cluster: the hash of the node's address
 	scan  uint64
 	after string
 }
 
 func (c listCursor) String() string {
-	return strconv.Itoa(c.node) + "-" + strconv.FormatUint(c.scan, 10) + "-" + base64.RawURLEncoding.EncodeToString([]byte(c.after))
+	node := "0"
+	if c.first >= 0 {
+		node = "s" + strconv.Itoa(c.first) + "." + c.id
+	}
+	return node + "-" + strconv.FormatUint(c.scan, 10) + "-" + base64.RawURLEncoding.EncodeToString([]byte(c.after))
 }
 
-func parseListCursor(s string, nodes int) (listCursor, error) {
+// parseListCursor reads a cursor and finds its node among nodes: on a
+// cluster, the one serving its first slot now, from the start of its SCAN if
+// that is another node than the cursor's.
+func parseListCursor(s string, nodes []scanNode) (listCursor, error) {
 	f := strings.SplitN(s, "-", 3)
 	if len(f) != 3 {
 		return listCursor{}, ErrBadCursor
 	}
-	node, err1 := strconv.Atoi(f[0])
+	c := listCursor{first: -1}
 	scan, err2 := strconv.ParseUint(f[1], 10, 64)
 	after, err3 := base64.RawURLEncoding.DecodeString(f[2])
-	if err1 != nil || err2 != nil || err3 != nil || node < 0 || node >= nodes {
+	if err2 != nil || err3 != nil {
 		return listCursor{}, ErrBadCursor
 	}
-	return listCursor{node: node, scan: scan, after: string(after)}, nil
+	c.scan, c.after = scan, string(after)
+	cluster := nodes[0].first >= 0
+	if !cluster {
+		if f[0] != "0" {
+			return listCursor{}, ErrBadCursor
+		}
+		return c, nil
+	}
+	first, id, ok := strings.Cut(strings.TrimPrefix(f[0], "s"), ".")
+	n, err := strconv.Atoi(first)
+	if !ok || !strings.HasPrefix(f[0], "s") || err != nil || n < 0 || n >= 16384 {
+		return listCursor{}, ErrBadCursor
+	}
+	c.first, c.id, c.node = n, id, -1
+	for i, nd := range nodes {
+		if nd.serves(n) {
+			c.node = i
+		}
+	}
+	if c.node < 0 {
+		return listCursor{}, fmt.Errorf("list: %w: no node serves slot %d", ErrUnavailable, n)
+	}
+	if nodes[c.node].id != id { // another node: a failover; its SCAN anew
+		c.scan, c.after = 0, ""
+	}
+	c.first, c.id = nodes[c.node].first, nodes[c.node].id
+	return c, nil
 }
 
 // List returns a page of the locks that are held or queued, in scan order.
@@ -82,16 +123,16 @@ func (s *Store) List(ctx context.Context, r ListRequest) (ListPage, error) {
 	if err != nil {
 		return ListPage{}, err
 	}
-	var at listCursor
+	at := listCursor{first: nodes[0].first, id: nodes[0].id}
 	if r.Cursor != "" {
-		if at, err = parseListCursor(r.Cursor, len(nodes)); err != nil {
+		if at, err = parseListCursor(r.Cursor, nodes); err != nil {
 			return ListPage{}, err
 		}
 	}
 	match := s.opt.Prefix + ":{" + r.Prefix + "*}:fence"
 	var page ListPage
 	for scans := 0; scans < listMaxScans; scans++ {
-		keys, next, err := nodes[at.node].Scan(ctx, at.scan, match, listScanCount).Result()
+		keys, next, err := nodes[at.node].c.Scan(ctx, at.scan, match, listScanCount).Result()
 		if err != nil {
 			return ListPage{}, s.storeErr("list", err)
 		}
@@ -125,35 +166,65 @@ func (s *Store) List(ctx context.Context, r ListRequest) (ListPage, error) {
 			if at.node == len(nodes) {
 				return page, nil // the end
 			}
+			at.first, at.id = nodes[at.node].first, nodes[at.node].id
 		}
 	}
 	page.Next = at.String()
 	return page, nil
 }
 
-// scanNodes are the Redis servers to scan: the one, or every master of a
-// cluster in a stable order.
-func (s *Store) scanNodes(ctx context.Context) ([]redis.Cmdable, error) {
-	cc, ok := s.rdb.(*redis.ClusterClient)
-	if !ok {
-		return []redis.Cmdable{s.rdb}, nil
+// scanNode is a Redis server to scan; on a cluster, a master and the slots it
+// serves.
+type scanNode struct {
+	c      redis.Cmdable
+	first  int    // the first slot it serves; -1 on one Redis
+	id     string // a hash of its address
+	ranges [][2]int
+}
+
+func (n scanNode) serves(slot int) bool {
+	for _, r := range n.ranges {
+		if slot >= r[0] && slot <= r[1] {
+			return true
+		}
 	}
-	var mu sync.Mutex
-	byAddr := map[string]*redis.Client{}
-	err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-		mu.Lock()
-		defer mu.Unlock()
-		byAddr[c.Options().Addr] = c
-		return nil
-	})
+	return false
+}
+
+// scanNodes are the Redis servers to scan: the one, or every master of a
+// cluster in the order of the first slot each serves.
+func (s *Store) scanNodes(ctx context.Context) ([]scanNode, error) {
+	if s.cluster == nil {
+		return []scanNode{{c: s.rdb, first: -1}}, nil
+	}
+	slots, err := s.cluster.ClusterSlots(ctx).Result()
 	if err != nil {
 		return nil, s.storeErr("list", err)
 	}
-	addrs := slices.Sorted(maps.Keys(byAddr))
-	out := make([]redis.Cmdable, len(addrs))
-	for i, a := range addrs {
-		out[i] = byAddr[a]
+	byAddr := map[string]*scanNode{}
+	for _, r := range slots {
+		if len(r.Nodes) == 0 {
+			continue
+		}
+		addr := r.Nodes[0].Addr
+		n := byAddr[addr]
+		if n == nil {
+			h := fnv.New32a()
+			h.Write([]byte(addr))
+			n = &scanNode{c: s.topo.node(addr), first: r.Start, id: strconv.FormatUint(uint64(h.Sum32()), 36)}
+			byAddr[addr] = n
+		}
+		n.first = min(n.first, r.Start)
+		n.ranges = append(n.ranges, [2]int{r.Start, r.End})
 	}
+	if len(byAddr) == 0 {
+		return nil, fmt.Errorf("list: %w: no node serves a slot", ErrUnavailable)
+	}
+	out := make([]scanNode, 0, len(byAddr))
+	for _, n := range byAddr {
+		out = append(out, *n)
+	}
+	slices.SortFunc(out, func(a, b scanNode) int { return a.first - b.first })
 	return out, nil
 }
 

@@ -76,9 +76,9 @@ func (s *Store) R3CursorNode(ctx context.Context, cursor string) string {
 	if err != nil {
 		return ""
 	}
-	c, err := parseListCursor(cursor, len(nodes))
+	c, err := parseListCursor(cursor, nodes)
 	if err != nil {
 		return ""
 	}
-	return nodes[c.node].(*redis.Client).Options().Addr
+	return nodes[c.node].c.(*redis.Client).Options().Addr
 }
