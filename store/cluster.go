@@ -212,6 +212,41 @@ func tryAgainPause(attempt int) time.Duration {
 	}
 }
 
+// oncePipe is a pipeline whose EVAL and EVALSHA are each sent at most once,
+// as onceScripter's: go-redis's cluster client sends a node's batch again
+// after a connection error or timeout (up to MaxRedirects times, each waiting
+// out the read timeout) unless one of its commands says NoRetry.
+type oncePipe struct{ redis.Pipeliner }
+
+// pipeScripter is p for scripts: on a cluster, a oncePipe (one Redis keeps
+// its client's MaxRetries).
+func (s *Store) pipeScripter(p redis.Pipeliner) redis.Scripter {
+	if s.cluster == nil {
+		return p
+	}
+	return oncePipe{p}
+}
+
+func (p oncePipe) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return p.once(ctx, "eval", script, keys, args)
+}
+
+func (p oncePipe) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return p.once(ctx, "evalsha", sha1, keys, args)
+}
+
+func (p oncePipe) once(ctx context.Context, name, body string, keys []string, args []any) *redis.Cmd {
+	a := make([]any, 0, 3+len(keys)+len(args))
+	a = append(a, name, body, len(keys))
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	a = append(a, args...)
+	cmd := onceCmd{redis.NewCmd(ctx, a...)}
+	_ = p.Process(ctx, cmd)
+	return cmd.Cmd
+}
+
 // topology is the store's own map of slots to masters, and a client per
 // master for what must reach one node: pub/sub links, WAIT pipelines, TIME.
 // It is loaded with CLUSTER SLOTS at start, every topologyEvery, and soon after

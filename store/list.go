@@ -236,7 +236,7 @@ func (s *Store) states(ctx context.Context, names []string) ([]State, error) {
 	cmds := make([]*redis.Cmd, len(names))
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, n := range names {
-			cmds[i] = s.state.EvalSha(ctx, p, s.keys(n), "", "")
+			cmds[i] = s.state.EvalSha(ctx, s.pipeScripter(p), s.keys(n), "", "")
 		}
 		return nil
 	})
