@@ -910,3 +910,38 @@ func TestR3ListingWhileASlotMigrates(t *testing.T) {
 		t.Errorf("listed %d locks, want %d", len(listed), len(names))
 	}
 }
+
+// DEFECT (cluster.go, topology.node): the topology makes a client for every
+// address that was ever a master (WAIT pipelines, TIME samples, pub/sub
+// links) and keeps it, with its pool of open connections, until the store
+// closes. A master demoted by a failover keeps the store's idle connections
+// for ever; on a cluster whose nodes come and go (pods with new addresses)
+// the clients and their connections only grow. The dispatcher drops its link
+// to a node that serves no slot (dropIdle); the client under it stays.
+//
+// Suggested fix: close and forget the client of an address the slot map no
+// longer names as a master (once no link uses it).
+func TestR3NodeClientsOfDemotedMastersAreClosed(t *testing.T) {
+	c := redistest.StartCluster(t, redistest.ClusterConfig{})
+	s := newClusterStore(t, c, store.Options{Prefix: "r3n", WaitReplicas: 1, WaitTimeout: time.Second})
+	ctx := context.Background()
+	for _, name := range namesOnEveryShard(t, c, "r3n", 1) {
+		if r, err := s.Acquire(ctx, store.AcquireRequest{Name: name, TTL: time.Minute}); err != nil || r.Lease == nil {
+			t.Fatal(r, err)
+		}
+	}
+	masters, replicaOf := r3Roles(t, c)
+	old := masters[0]
+	if !slices.Contains(s.R3NodeClients(), old) {
+		t.Fatalf("no client for master %s: %v", old, s.R3NodeClients())
+	}
+	r3ManualFailover(t, c, replicaOf[old])
+	deadline := time.Now().Add(8 * time.Second) // a few slot-map loads
+	for slices.Contains(s.R3Masters(), old) || slices.Contains(s.R3NodeClients(), old) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s demoted, yet the store keeps a client for it: masters %v, clients %v",
+				old, s.R3Masters(), s.R3NodeClients())
+		}
+		time.Sleep(20 * time.Millisecond) // only visible by asking
+	}
+}

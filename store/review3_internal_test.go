@@ -82,3 +82,15 @@ func (s *Store) R3CursorNode(ctx context.Context, cursor string) string {
 	}
 	return nodes[c.node].c.(*redis.Client).Options().Addr
 }
+
+// R3NodeClients are the addresses the topology keeps a client (and its pool
+// of connections) for.
+func (s *Store) R3NodeClients() []string {
+	s.topo.mu.Lock()
+	defer s.topo.mu.Unlock()
+	var out []string
+	for a := range s.topo.nodes {
+		out = append(out, a)
+	}
+	return out
+}
