@@ -261,6 +261,7 @@ type topology struct {
 	slots   []string // 16384 entries: the master's address, "" unknown
 	version uint64   // grows with every change to slots
 	nodes   map[string]*redis.Client
+	gone    map[string]time.Time // nodes with a client and no slot: since when
 	closed  bool
 
 	kick     chan struct{} // a refresh is wanted
@@ -282,6 +283,7 @@ func newTopology(cc *redis.ClusterClient) *topology {
 		opts:  cc.Options(),
 		slots: make([]string, 16384),
 		nodes: make(map[string]*redis.Client),
+		gone:  make(map[string]time.Time),
 		kick:  make(chan struct{}, 1),
 		done:  make(chan struct{}),
 	}
@@ -356,6 +358,42 @@ func (t *topology) load() {
 		for _, f := range fs {
 			f()
 		}
+	}
+	t.closeGone()
+}
+
+// nodeGrace is how long a node serves no slot before its client is closed:
+// what was sent to it just before it lost its slots may still be answering.
+const nodeGrace = topologyEvery
+
+// closeGone closes the clients (and their pools of connections) of the nodes
+// that have served no slot for nodeGrace: a master demoted by a failover, a
+// node gone for good. The dispatcher drops its links to them by itself
+// (dropIdle); a client is made again if the node comes back as a master.
+func (t *topology) closeGone() {
+	t.mu.Lock()
+	masters := map[string]bool{}
+	for _, a := range t.slots {
+		masters[a] = true
+	}
+	now := time.Now()
+	var stale []*redis.Client
+	for addr, c := range t.nodes {
+		since, ok := t.gone[addr]
+		switch {
+		case masters[addr]:
+			delete(t.gone, addr)
+		case !ok:
+			t.gone[addr] = now
+		case now.Sub(since) >= nodeGrace:
+			delete(t.nodes, addr)
+			delete(t.gone, addr)
+			stale = append(stale, c)
+		}
+	}
+	t.mu.Unlock()
+	for _, c := range stale {
+		_ = c.Close()
 	}
 }
 
