@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -65,6 +66,15 @@ func StartServer(dir string, extra ...string) (*Server, error) {
 			"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 			"--dir", dir, "--daemonize", "no", "--protected-mode", "no",
 		}, extra...)
+		if slices.Contains(extra, "--cluster-enabled") {
+			// The cluster bus port is port+10000 unless told: often taken (an
+			// ephemeral port) or beyond 65535. A free one of its own.
+			bus, err := FreePort()
+			if err != nil {
+				return nil, err
+			}
+			s.args = append(s.args, "--cluster-port", strconv.Itoa(bus))
+		}
 		if last = s.start(); last == nil {
 			return s, nil
 		}
