@@ -945,3 +945,50 @@ func TestR3NodeClientsOfDemotedMastersAreClosed(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // only visible by asking
 	}
 }
+
+// A shard's pub/sub connection killed (CLIENT KILL TYPE pubsub on that master
+// only) just before a release there: the release's message is lost, and the
+// renewed link's re-check wakes the waiter; the other shards' waiters are
+// untouched. (An attack that failed: it passes.)
+func TestR3PubSubKilledOnOneShard(t *testing.T) {
+	c := sharedCluster(t)
+	s := newClusterStore(t, c, store.Options{Prefix: "r3p"})
+	ctx := context.Background()
+	names := namesOnEveryShard(t, c, "r3p", 1)
+	victim, err := c.MasterOf(ctx, "r3p:{"+names[0]+"}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases := map[string]string{}
+	waiters := map[string]<-chan store.AcquireResult{}
+	for _, name := range names {
+		first, err := s.Acquire(ctx, store.AcquireRequest{Name: name, TTL: 30 * time.Second})
+		if err != nil || first.Lease == nil {
+			t.Fatal(first, err)
+		}
+		leases[name] = first.Lease.ID
+		waiters[name] = r3Waiter(t, s, name, 10*time.Second)
+		m, _ := c.MasterOf(ctx, "r3p:{"+name+"}")
+		r3AwaitChannel(t, s, name, m.Addr())
+	}
+	if err := victim.Client(t).Do(ctx, "client", "kill", "type", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		released := time.Now()
+		if _, err := s.Release(ctx, store.Ref{Name: name, ID: leases[name]}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case r := <-waiters[name]:
+			if r.Lease == nil {
+				t.Errorf("%s: waiter %+v", name, r)
+			}
+			if d := time.Since(released); d > time.Second {
+				t.Errorf("%s: waiter woken %v after the release", name, d)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: waiter not woken 5 s after the release", name)
+		}
+	}
+}
