@@ -110,7 +110,7 @@ func TestListMadeUpCursor(t *testing.T) {
 		wantStatus(t, e.do(req{Method: "POST", Path: "/v1/locks/" + n, Body: map[string]any{}, Header: bearer(k.ops)}), http.StatusCreated, "")
 	}
 	carrying := func(names string) string {
-		return url.QueryEscape("v2-1-0-" + base64.RawURLEncoding.EncodeToString([]byte(names)))
+		return url.QueryEscape("v2-end-0-" + base64.RawURLEncoding.EncodeToString([]byte(names)))
 	}
 	r := e.do(req{Method: "GET", Path: "/v1/locks?prefix=billing:&cursor=" + carrying("billing:1,payroll:1,other:1"), Header: bearer(k.billing)})
 	wantStatus(t, r, http.StatusOK, "")

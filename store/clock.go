@@ -87,8 +87,29 @@ func (s *Store) clockKnown() bool {
 	return len(masters) > 0
 }
 
-// runClock samples the offset until the store closes.
+// syncNewClocks samples the clocks of the masters that have no estimate yet.
+func (s *Store) syncNewClocks(ctx context.Context) {
+	for _, addr := range s.topo.masters() {
+		v, _ := s.clocks.LoadOrStore(addr, &redisClock{})
+		if clk := v.(*redisClock); !clk.known.Load() {
+			sampleClock(ctx, s.topo.node(addr), clk)
+		}
+	}
+}
+
+// runClock samples the offset until the store closes; on a cluster, also a
+// master's as soon as the slot map names one it has no estimate of (a
+// promoted replica: until then its calls would go without a deadline).
 func (s *Store) runClock() {
+	changed := make(chan struct{}, 1)
+	if s.topo != nil {
+		s.topo.listen(func() {
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		})
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	s.syncClock(ctx)
 	cancel()
@@ -98,6 +119,10 @@ func (s *Store) runClock() {
 		select {
 		case <-s.shutdown:
 			return
+		case <-changed:
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			s.syncNewClocks(ctx)
+			cancel()
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			s.syncClock(ctx)

@@ -58,24 +58,27 @@ func parseClusterURL(rawURL string) (*redis.ClusterOptions, error) {
 		scheme = clusterTLSScheme
 	}
 	rest := strings.TrimPrefix(rawURL, scheme+"://")
+	// The userinfo ends at the last '@' (a password may hold '@', '/', '?'
+	// or '#' unencoded); the seeds, database and options follow it.
+	o := &redis.ClusterOptions{}
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		user, pass, _ := strings.Cut(rest[:at], ":")
+		var err1, err2 error
+		o.Username, err1 = url.PathUnescape(user)
+		o.Password, err2 = url.PathUnescape(pass)
+		if err1 != nil || err2 != nil {
+			return nil, errors.New("the user name or password is not validly %-encoded")
+		}
+		rest = rest[at+1:]
+	}
 	end := strings.IndexAny(rest, "/?#")
 	if end < 0 {
 		end = len(rest)
 	}
-	authority := rest[:end]
-	hosts := authority
-	userinfo := ""
-	if at := strings.LastIndex(authority, "@"); at >= 0 {
-		userinfo, hosts = authority[:at+1], authority[at+1:]
-	}
-	u, err := url.Parse("redis://" + userinfo + "seeds" + rest[end:])
+	hosts := rest[:end]
+	u, err := url.Parse("redis://seeds" + rest[end:])
 	if err != nil {
 		return nil, errors.New("not a valid URL")
-	}
-	o := &redis.ClusterOptions{}
-	if u.User != nil {
-		o.Username = u.User.Username()
-		o.Password, _ = u.User.Password()
 	}
 	for _, hp := range strings.Split(hosts, ",") {
 		if hp == "" {
@@ -103,11 +106,21 @@ func parseClusterURL(rawURL string) (*redis.ClusterOptions, error) {
 	return o, nil
 }
 
+// urlError is the error of a URL that did not parse, without its text when
+// the URL has a user name or password: parsers quote the parts they refuse,
+// and a password with an unencoded '/', '%' or '?' lands in such a part.
+func urlError(rawURL string, err error) error {
+	if strings.Contains(rawURL, "@") {
+		return errors.New("parse redis url: not a valid URL (the user name and password must be %-encoded)")
+	}
+	return fmt.Errorf("parse redis url: %w", err)
+}
+
 // newClusterClient is NewClient for a cluster URL.
 func newClusterClient(rawURL string) (redis.UniversalClient, error) {
 	o, err := parseClusterURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("parse redis url: %w", err)
+		return nil, urlError(rawURL, err)
 	}
 	connLimits(&o.MaxRetries, &o.DialerRetries, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.ContextTimeoutEnabled)
 	// MOVED and ASK are followed (the command did not run); no other error is
@@ -148,8 +161,89 @@ func (c onceScripter) once(ctx context.Context, name, body string, keys []string
 		a = append(a, k)
 	}
 	a = append(a, args...)
+	for attempt := 0; ; attempt++ {
+		cmd := onceCmd{redis.NewCmd(ctx, a...)}
+		_ = c.Process(ctx, cmd)
+		if !tryAgain(ctx, cmd.Err(), attempt) {
+			return cmd.Cmd
+		}
+	}
+}
+
+// tryAgainBudget bounds how long a call waits out a slot's migration.
+const tryAgainBudget = 2 * time.Second
+
+// tryAgain reports whether a call that failed with err should be sent again,
+// after waiting its turn: a TRYAGAIN reply (a script on a slot being migrated
+// names a key that is on the other node, or on neither) says it did not run,
+// and a slot's migration usually ends within milliseconds. Bounded by the
+// call's context and by tryAgainBudget.
+func tryAgain(ctx context.Context, err error, attempt int) bool {
+	if !redis.HasErrorPrefix(err, "TRYAGAIN") {
+		return false
+	}
+	pause := tryAgainPause(attempt)
+	if pause == 0 {
+		return false
+	}
+	t := time.NewTimer(pause)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// tryAgainPause is the pause before attempt+1: 10 ms doubling to 200 ms, 0
+// once tryAgainBudget is spent.
+func tryAgainPause(attempt int) time.Duration {
+	var spent time.Duration
+	for i := 0; ; i++ {
+		p := min(10*time.Millisecond<<min(i, 5), 200*time.Millisecond)
+		if spent+p > tryAgainBudget {
+			return 0
+		}
+		if i == attempt {
+			return p
+		}
+		spent += p
+	}
+}
+
+// oncePipe is a pipeline whose EVAL and EVALSHA are each sent at most once,
+// as onceScripter's: go-redis's cluster client sends a node's batch again
+// after a connection error or timeout (up to MaxRedirects times, each waiting
+// out the read timeout) unless one of its commands says NoRetry.
+type oncePipe struct{ redis.Pipeliner }
+
+// pipeScripter is p for scripts: on a cluster, a oncePipe (one Redis keeps
+// its client's MaxRetries).
+func (s *Store) pipeScripter(p redis.Pipeliner) redis.Scripter {
+	if s.cluster == nil {
+		return p
+	}
+	return oncePipe{p}
+}
+
+func (p oncePipe) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return p.once(ctx, "eval", script, keys, args)
+}
+
+func (p oncePipe) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return p.once(ctx, "evalsha", sha1, keys, args)
+}
+
+func (p oncePipe) once(ctx context.Context, name, body string, keys []string, args []any) *redis.Cmd {
+	a := make([]any, 0, 3+len(keys)+len(args))
+	a = append(a, name, body, len(keys))
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	a = append(a, args...)
 	cmd := onceCmd{redis.NewCmd(ctx, a...)}
-	_ = c.Process(ctx, cmd)
+	_ = p.Process(ctx, cmd)
 	return cmd.Cmd
 }
 
@@ -167,10 +261,11 @@ type topology struct {
 	slots   []string // 16384 entries: the master's address, "" unknown
 	version uint64   // grows with every change to slots
 	nodes   map[string]*redis.Client
+	gone    map[string]time.Time // nodes with a client and no slot: since when
 	closed  bool
 
 	kick     chan struct{} // a refresh is wanted
-	onChange func()        // called (outside mu) after slots changed
+	onChange []func()      // each called (outside mu) after slots changed
 	done     chan struct{}
 	wg       sync.WaitGroup
 	loaded   atomic.Bool
@@ -188,6 +283,7 @@ func newTopology(cc *redis.ClusterClient) *topology {
 		opts:  cc.Options(),
 		slots: make([]string, 16384),
 		nodes: make(map[string]*redis.Client),
+		gone:  make(map[string]time.Time),
 		kick:  make(chan struct{}, 1),
 		done:  make(chan struct{}),
 	}
@@ -255,12 +351,57 @@ func (t *topology) load() {
 		t.slots = next
 		t.version++
 	}
-	f := t.onChange
+	fs := t.onChange
 	t.mu.Unlock()
 	t.loaded.Store(true)
-	if changed && f != nil {
-		f()
+	if changed {
+		for _, f := range fs {
+			f()
+		}
 	}
+	t.closeGone()
+}
+
+// nodeGrace is how long a node serves no slot before its client is closed:
+// what was sent to it just before it lost its slots may still be answering.
+const nodeGrace = topologyEvery
+
+// closeGone closes the clients (and their pools of connections) of the nodes
+// that have served no slot for nodeGrace: a master demoted by a failover, a
+// node gone for good. The dispatcher drops its links to them by itself
+// (dropIdle); a client is made again if the node comes back as a master.
+func (t *topology) closeGone() {
+	t.mu.Lock()
+	masters := map[string]bool{}
+	for _, a := range t.slots {
+		masters[a] = true
+	}
+	now := time.Now()
+	var stale []*redis.Client
+	for addr, c := range t.nodes {
+		since, ok := t.gone[addr]
+		switch {
+		case masters[addr]:
+			delete(t.gone, addr)
+		case !ok:
+			t.gone[addr] = now
+		case now.Sub(since) >= nodeGrace:
+			delete(t.nodes, addr)
+			delete(t.gone, addr)
+			stale = append(stale, c)
+		}
+	}
+	t.mu.Unlock()
+	for _, c := range stale {
+		_ = c.Close()
+	}
+}
+
+// listen has f called after every change to the slot map.
+func (t *topology) listen(f func()) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.onChange = append(t.onChange, f)
 }
 
 // master is the address of the master of key's slot, "" while unknown.
@@ -278,11 +419,13 @@ func (t *topology) moved(slotNo int, addr string) {
 		t.slots[slotNo] = addr
 		t.version++
 	}
-	f := t.onChange
+	fs := t.onChange
 	t.mu.Unlock()
 	t.refresh()
-	if changed && f != nil {
-		f()
+	if changed {
+		for _, f := range fs {
+			f()
+		}
 	}
 }
 
@@ -362,7 +505,13 @@ func redirect(err error) (kind string, slotNo int, addr string, ok bool) {
 	if err != nil {
 		return "", 0, "", false
 	}
-	return f[0], n, f[2], true
+	// Redis writes an IPv6 address unbracketed ("::1:7001"): the port is
+	// after the last colon.
+	addr = f[2]
+	if i := strings.LastIndexByte(addr, ':'); i > 0 && !strings.HasPrefix(addr, "[") {
+		addr = net.JoinHostPort(addr[:i], addr[i+1:])
+	}
+	return f[0], n, addr, true
 }
 
 // evalWaitCluster is evalWait on a cluster: the script, an SPUBLISH to a
@@ -383,7 +532,8 @@ func (s *Store) evalWaitCluster(ctx context.Context, sc *redis.Script, keys []st
 	}
 	asking := false
 	eval := sc.EvalSha
-	for range 8 {
+	tries := 0 // TRYAGAIN replies waited out
+	for i := 0; i < 8; i++ {
 		var script, wait *redis.Cmd
 		_, _ = s.topo.node(addr).Pipelined(ctx, func(p redis.Pipeliner) error {
 			if asking {
@@ -406,6 +556,11 @@ func (s *Store) evalWaitCluster(ctx context.Context, sc *redis.Script, keys []st
 		}
 		if redis.HasErrorPrefix(script.Err(), "NOSCRIPT") {
 			eval = sc.Eval
+			continue
+		}
+		if tryAgain(ctx, script.Err(), tries) {
+			tries++
+			i-- // not a redirect
 			continue
 		}
 		v, err = script.Slice()

@@ -132,10 +132,14 @@ type link struct {
 	ops      []subOp       // subscription changes waiting for the writer, in order
 	opSeq    uint64        // the last op's sequence number
 	barriers []barrier
-	token    uint64         // the last barrier's token
-	resync   bool           // a pub/sub error happened: subscribe everything again
-	unsubs   map[string]int // cluster: SUNSUBSCRIBEs written whose confirmation has not come
-	n        int            // channels on this link
+	token    uint64 // the last barrier's token
+	resync   bool   // a pub/sub error happened: subscribe everything again
+	// cluster: the SSUBSCRIBEs and SUNSUBSCRIBEs written on ps whose reply
+	// has not come, oldest first. The node answers them in order, each with
+	// its confirmation or an error (MOVED); a sunsubscribe that answers none
+	// of them is the node's own, its slot gone.
+	pending  []subOp
+	n        int // channels on this link
 	opsReady chan struct{}
 	done     chan struct{} // closed when the link is dropped
 }
@@ -156,9 +160,7 @@ func newDispatcher(rdb redis.UniversalClient, topo *topology, poke func(context.
 		d.newLink("", rdb)
 		d.mu.Unlock()
 	} else {
-		topo.mu.Lock()
-		topo.onChange = d.reroute
-		topo.mu.Unlock()
+		topo.listen(d.reroute)
 	}
 	return d
 }
@@ -169,7 +171,6 @@ func (d *dispatcher) newLink(addr string, client redis.UniversalClient) *link {
 		addr:     addr,
 		client:   client,
 		ps:       client.Subscribe(context.Background()), // connects on its first use
-		unsubs:   make(map[string]int),
 		opsReady: make(chan struct{}, 1),
 		done:     make(chan struct{}),
 	}
@@ -439,15 +440,12 @@ func (d *dispatcher) write(l *link) {
 			var err error
 			switch {
 			case op.sub && sharded:
+				d.expect(l, ps, op)
 				err = ps.SSubscribe(ctx, op.key)
 			case op.sub:
 				err = ps.Subscribe(ctx, op.key)
 			case sharded:
-				d.mu.Lock()
-				if l.ps == ps {
-					l.unsubs[op.key]++
-				}
-				d.mu.Unlock()
+				d.expect(l, ps, op)
 				err = ps.SUnsubscribe(ctx, op.key)
 			default:
 				err = ps.Unsubscribe(ctx, op.key)
@@ -566,7 +564,7 @@ func (d *dispatcher) renew(l *link) {
 	old := l.ps
 	l.ps = ps
 	l.barriers = nil
-	clear(l.unsubs)
+	l.pending = nil
 	d.resubscribeAll(l)
 	d.dropIdle()
 	d.mu.Unlock()
@@ -589,13 +587,15 @@ func (d *dispatcher) reroute() {
 	d.dropIdle()
 }
 
-// moved handles a MOVED reply to an SSUBSCRIBE of link l: the slot map learns
-// it (and reroutes what it changed), and every channel of that slot still on l
-// is subscribed again where the map says.
-func (d *dispatcher) moved(l *link, slotNo int, addr string) {
+// moved handles a MOVED reply to an SSUBSCRIBE or SUNSUBSCRIBE on ps, link
+// l's connection: the slot map learns it (and reroutes what it changed), and
+// every channel of that slot still on l is subscribed again where the map
+// says.
+func (d *dispatcher) moved(l *link, ps *redis.PubSub, slotNo int, addr string) {
 	d.topo.moved(slotNo, addr)
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	l.answered(ps, false, func(op subOp) bool { return slot(op.key) == slotNo })
 	if d.closed() {
 		return
 	}
@@ -607,18 +607,51 @@ func (d *dispatcher) moved(l *link, slotNo int, addr string) {
 	d.dropIdle()
 }
 
-// unsubscribed handles a SUNSUBSCRIBE from link l's node: the confirmation of
-// one the writer sent, or the node giving the channel up because its slot left
-// it. Then the channel is subscribed again where the slot map says, and the map
-// is loaded afresh; if it was behind, the SSUBSCRIBE goes to the same node, is
-// answered MOVED, and that moves it.
-func (d *dispatcher) unsubscribed(l *link, key string) {
+// expect records that the writer is about to send op on ps, link l's
+// connection (unless it was replaced meanwhile).
+func (d *dispatcher) expect(l *link, ps *redis.PubSub, op subOp) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if l.unsubs[key] > 0 {
-		if l.unsubs[key]--; l.unsubs[key] == 0 {
-			delete(l.unsubs, key)
+	if l.ps == ps {
+		l.pending = append(l.pending, op)
+	}
+}
+
+// answered takes the oldest command pending on ps, link l's connection, if
+// match says the reply just read answers it; the caller holds d.mu. Entries
+// before a match got no reply (their write failed): they are dropped with it.
+func (l *link) answered(ps *redis.PubSub, oldestOnly bool, match func(subOp) bool) bool {
+	if l.ps != ps {
+		return false
+	}
+	for i, op := range l.pending {
+		if match(op) {
+			l.pending = l.pending[i+1:]
+			return true
 		}
+		if oldestOnly {
+			return false
+		}
+	}
+	return false
+}
+
+// subscribed handles the confirmation of an SSUBSCRIBE on ps.
+func (d *dispatcher) subscribed(l *link, ps *redis.PubSub, key string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	l.answered(ps, false, func(op subOp) bool { return op.sub && op.key == key })
+}
+
+// unsubscribed handles a SUNSUBSCRIBE from link l's node: the confirmation of
+// the oldest command the writer sent on ps, or the node giving the channel up
+// because its slot left it. Then the channel is subscribed again where the
+// slot map says, and the map is loaded afresh; if it was behind, the
+// SSUBSCRIBE goes to the same node, is answered MOVED, and that moves it.
+func (d *dispatcher) unsubscribed(l *link, ps *redis.PubSub, key string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if l.answered(ps, true, func(op subOp) bool { return !op.sub && op.key == key }) {
 		return
 	}
 	c := d.chans[key]
@@ -681,7 +714,7 @@ func (d *dispatcher) receive(l *link) {
 		}
 		if kind, slotNo, addr, ok := redirect(err); ok && kind == "MOVED" && d.topo != nil {
 			// The answer to one SSUBSCRIBE: the connection itself is fine.
-			d.moved(l, slotNo, addr)
+			d.moved(l, ps, slotNo, addr)
 			continue
 		}
 		var nerr interface{ Timeout() bool }
@@ -735,8 +768,12 @@ func (d *dispatcher) receive(l *link) {
 			case *redis.Message:
 				d.dispatch(m.Channel, m.Payload)
 			case *redis.Subscription:
-				if m.Kind == "sunsubscribe" && d.topo != nil {
-					d.unsubscribed(l, m.Channel)
+				switch {
+				case d.topo == nil:
+				case m.Kind == "ssubscribe":
+					d.subscribed(l, ps, m.Channel)
+				case m.Kind == "sunsubscribe":
+					d.unsubscribed(l, ps, m.Channel)
 				}
 			}
 		}

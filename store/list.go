@@ -5,12 +5,12 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"maps"
+	"hash/fnv"
+	"math"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -28,6 +28,13 @@ import (
 // going back to a batch and skipping the names already listed skipped, too,
 // names the batch now reached further on, which no later batch returns
 // (TestListWhileLocksComeAndGo).
+//
+// On a cluster the masters are scanned one after another in the order of the
+// first slot each serves, and the cursor names its node by that slot (and a
+// hash of the node's address), not by its place in a list of addresses: after
+// a failover the promoted replica serves the same slots, so the listing goes on
+// with it, scanning it from the start (a SCAN cursor means nothing on another
+// node), and no shard is skipped or done twice (TestR3ListingAcrossAFailover).
 
 // ListRequest asks for a page of locks.
 type ListRequest struct {
@@ -60,11 +67,16 @@ const listScanCount, listMaxScans, listMaxRest = 1000, 20, 2048
 // listCursor is where a page ends: a node, the SCAN cursor of the next batch
 // (node == the number of nodes once all are scanned), and the names of the
 // last batch the page did not get to, in name order (lock names have no ',').
-// A cursor of the first version (before v2-) has, instead of those names, the
-// last name listed from the batch its SCAN cursor produced: that batch is
-// scanned again for the names after it.
+// A cursor of the first version (before v2-, one Redis only) has, instead of
+// those names, the last name listed from the batch its SCAN cursor produced:
+// that batch is scanned again for the names after it.
+//
+// Its text names the node "0" (one Redis), "s<first slot>.<id>" (a cluster's
+// master) or "end" (every node scanned, names of the last batch left).
 type listCursor struct {
-	node  int
+	node  int    // the node's place in scanNodes (resolved from first on a cluster)
+	first int    // cluster: the first slot the node serves; -1 on one Redis
+	id    string // cluster: the hash of the node's address
 	scan  uint64
 	rest  []string
 	after string // a first-version cursor only
@@ -72,24 +84,33 @@ type listCursor struct {
 
 const listCursorV2 = "v2-"
 
-func (c listCursor) String() string {
-	return listCursorV2 + strconv.Itoa(c.node) + "-" + strconv.FormatUint(c.scan, 10) + "-" +
+func (c listCursor) String(nodes []scanNode) string {
+	node := "0"
+	switch {
+	case c.node >= len(nodes):
+		node = "end"
+	case c.first >= 0:
+		node = "s" + strconv.Itoa(c.first) + "." + c.id
+	}
+	return listCursorV2 + node + "-" + strconv.FormatUint(c.scan, 10) + "-" +
 		base64.RawURLEncoding.EncodeToString([]byte(strings.Join(c.rest, ",")))
 }
 
-func parseListCursor(s string, nodes int) (listCursor, error) {
+// parseListCursor reads a cursor and finds its node among nodes: on a
+// cluster, the one serving its first slot now, from the start of its SCAN if
+// that is another node than the cursor's.
+func parseListCursor(s string, nodes []scanNode) (listCursor, error) {
 	v2 := strings.HasPrefix(s, listCursorV2)
 	f := strings.SplitN(strings.TrimPrefix(s, listCursorV2), "-", 3)
 	if len(f) != 3 {
 		return listCursor{}, ErrBadCursor
 	}
-	node, err1 := strconv.Atoi(f[0])
 	scan, err2 := strconv.ParseUint(f[1], 10, 64)
 	tail, err3 := base64.RawURLEncoding.DecodeString(f[2])
-	if err1 != nil || err2 != nil || err3 != nil || node < 0 || node > nodes || node == nodes && (!v2 || scan != 0) {
+	if err2 != nil || err3 != nil {
 		return listCursor{}, ErrBadCursor
 	}
-	c := listCursor{node: node, scan: scan}
+	c := listCursor{first: -1, scan: scan}
 	switch {
 	case !v2:
 		c.after = string(tail)
@@ -101,6 +122,42 @@ func parseListCursor(s string, nodes int) (listCursor, error) {
 			}
 		}
 	}
+	cluster := nodes[0].first >= 0
+	switch {
+	case v2 && f[0] == "end":
+		if scan != 0 {
+			return listCursor{}, ErrBadCursor
+		}
+		c.node = len(nodes)
+		return c, nil
+	case !cluster:
+		if f[0] != "0" {
+			return listCursor{}, ErrBadCursor
+		}
+		return c, nil
+	case !v2:
+		// A first-version cursor named a cluster's node by its place among
+		// addresses, which says nothing now: start again.
+		return listCursor{}, ErrBadCursor
+	}
+	first, id, ok := strings.Cut(strings.TrimPrefix(f[0], "s"), ".")
+	n, err := strconv.Atoi(first)
+	if !ok || !strings.HasPrefix(f[0], "s") || err != nil || n < 0 || n >= 16384 {
+		return listCursor{}, ErrBadCursor
+	}
+	c.node = -1
+	for i, nd := range nodes {
+		if nd.serves(n) {
+			c.node = i
+		}
+	}
+	if c.node < 0 {
+		return listCursor{}, fmt.Errorf("list: %w: no node serves slot %d", ErrUnavailable, n)
+	}
+	if nodes[c.node].id != id { // another node: a failover; its SCAN anew
+		c.scan = 0
+	}
+	c.first, c.id = nodes[c.node].first, nodes[c.node].id
 	return c, nil
 }
 
@@ -127,11 +184,15 @@ func (s *Store) List(ctx context.Context, r ListRequest) (ListPage, error) {
 	if err != nil {
 		return ListPage{}, err
 	}
-	var at listCursor
+	at := listCursor{first: nodes[0].first, id: nodes[0].id}
 	if r.Cursor != "" {
-		if at, err = parseListCursor(r.Cursor, len(nodes)); err != nil {
+		if at, err = parseListCursor(r.Cursor, nodes); err != nil {
 			return ListPage{}, err
 		}
+	}
+	limit := r.Limit
+	if limit <= 0 {
+		limit = math.MaxInt // as many as listMaxScans batches hold
 	}
 	var page ListPage
 	// take lists the held or queued locks among names (in name order) until the
@@ -146,7 +207,7 @@ func (s *Store) List(ctx context.Context, r ListRequest) (ListPage, error) {
 				continue
 			}
 			page.Locks = append(page.Locks, st)
-			if len(page.Locks) == r.Limit {
+			if len(page.Locks) == limit {
 				return names[i+1:], nil
 			}
 		}
@@ -165,8 +226,8 @@ func (s *Store) List(ctx context.Context, r ListRequest) (ListPage, error) {
 	}
 	match := s.opt.Prefix + ":{" + r.Prefix + "*}:fence"
 	count := int64(listScanCount)
-	for scans := 0; len(rest) == 0 && len(page.Locks) < r.Limit && at.node < len(nodes) && scans < listMaxScans; scans++ {
-		keys, next, err := nodes[at.node].Scan(ctx, at.scan, match, count).Result()
+	for scans := 0; len(rest) == 0 && len(page.Locks) < limit && at.node < len(nodes) && scans < listMaxScans; scans++ {
+		keys, next, err := nodes[at.node].c.Scan(ctx, at.scan, match, count).Result()
 		if err != nil {
 			return ListPage{}, s.storeErr("list", err)
 		}
@@ -179,7 +240,7 @@ func (s *Store) List(ctx context.Context, r ListRequest) (ListPage, error) {
 		}
 		sort.Strings(names)
 		names = slices.Compact(names)
-		if room := r.Limit - len(page.Locks); len(names) > room && count > 1 && restSize(names[room:]) > listMaxRest {
+		if room := limit - len(page.Locks); len(names) > room && count > 1 && restSize(names[room:]) > listMaxRest {
 			count = max(1, count/8) // too much to carry over: a smaller batch
 			continue
 		}
@@ -188,14 +249,16 @@ func (s *Store) List(ctx context.Context, r ListRequest) (ListPage, error) {
 		}
 		at.scan, at.after = next, ""
 		if at.scan == 0 {
-			at.node++
+			if at.node++; at.node < len(nodes) {
+				at.first, at.id = nodes[at.node].first, nodes[at.node].id
+			}
 		}
 	}
 	if len(rest) == 0 && at.node == len(nodes) {
 		return page, nil // the end
 	}
 	at.rest = rest
-	page.Next = at.String()
+	page.Next = at.String(nodes)
 	return page, nil
 }
 
@@ -208,29 +271,58 @@ func restSize(names []string) int {
 	return n
 }
 
-// scanNodes are the Redis servers to scan: the one, or every master of a
-// cluster in a stable order.
-func (s *Store) scanNodes(ctx context.Context) ([]redis.Cmdable, error) {
-	cc, ok := s.rdb.(*redis.ClusterClient)
-	if !ok {
-		return []redis.Cmdable{s.rdb}, nil
+// scanNode is a Redis server to scan; on a cluster, a master and the slots it
+// serves.
+type scanNode struct {
+	c      redis.Cmdable
+	first  int    // the first slot it serves; -1 on one Redis
+	id     string // a hash of its address
+	ranges [][2]int
+}
+
+func (n scanNode) serves(slot int) bool {
+	for _, r := range n.ranges {
+		if slot >= r[0] && slot <= r[1] {
+			return true
+		}
 	}
-	var mu sync.Mutex
-	byAddr := map[string]*redis.Client{}
-	err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-		mu.Lock()
-		defer mu.Unlock()
-		byAddr[c.Options().Addr] = c
-		return nil
-	})
+	return false
+}
+
+// scanNodes are the Redis servers to scan: the one, or every master of a
+// cluster in the order of the first slot each serves.
+func (s *Store) scanNodes(ctx context.Context) ([]scanNode, error) {
+	if s.cluster == nil {
+		return []scanNode{{c: s.rdb, first: -1}}, nil
+	}
+	slots, err := s.cluster.ClusterSlots(ctx).Result()
 	if err != nil {
 		return nil, s.storeErr("list", err)
 	}
-	addrs := slices.Sorted(maps.Keys(byAddr))
-	out := make([]redis.Cmdable, len(addrs))
-	for i, a := range addrs {
-		out[i] = byAddr[a]
+	byAddr := map[string]*scanNode{}
+	for _, r := range slots {
+		if len(r.Nodes) == 0 {
+			continue
+		}
+		addr := r.Nodes[0].Addr
+		n := byAddr[addr]
+		if n == nil {
+			h := fnv.New32a()
+			h.Write([]byte(addr))
+			n = &scanNode{c: s.topo.node(addr), first: r.Start, id: strconv.FormatUint(uint64(h.Sum32()), 36)}
+			byAddr[addr] = n
+		}
+		n.first = min(n.first, r.Start)
+		n.ranges = append(n.ranges, [2]int{r.Start, r.End})
 	}
+	if len(byAddr) == 0 {
+		return nil, fmt.Errorf("list: %w: no node serves a slot", ErrUnavailable)
+	}
+	out := make([]scanNode, 0, len(byAddr))
+	for _, n := range byAddr {
+		out = append(out, *n)
+	}
+	slices.SortFunc(out, func(a, b scanNode) int { return a.first - b.first })
 	return out, nil
 }
 
@@ -242,7 +334,7 @@ func (s *Store) states(ctx context.Context, names []string) ([]State, error) {
 	cmds := make([]*redis.Cmd, len(names))
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, n := range names {
-			cmds[i] = s.state.EvalSha(ctx, p, s.keys(n), "", "")
+			cmds[i] = s.state.EvalSha(ctx, s.pipeScripter(p), s.keys(n), "", "")
 		}
 		return nil
 	})
@@ -260,6 +352,17 @@ func (s *Store) states(ctx context.Context, names []string) ([]State, error) {
 	}
 	out := make([]State, 0, len(names))
 	for i, c := range cmds {
+		if redis.HasErrorPrefix(c.Err(), "TRYAGAIN") {
+			// Its slot is migrating (go-redis's cluster pipeline sends it again
+			// only when it is first of its node's batch): read it alone, which
+			// waits the migration out (State).
+			st, err := s.State(ctx, names[i])
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, st)
+			continue
+		}
 		v, err := c.Slice()
 		if err != nil {
 			return nil, s.storeErr("list", err)

@@ -219,7 +219,8 @@ func (s *Store) sessionHoldsOp(ctx context.Context, ref Ref, op string, ttl time
 	// One call per lock, all in one pipeline (split by node on a cluster).
 	cmds := make([]*redis.Cmd, len(names))
 	run := func(load bool) error {
-		_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		_, err := s.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
+			p := s.pipeScripter(pl) // a batch on a node that stalls is not sent again
 			for i, name := range names {
 				args := []any{op, ref.By, max(ttl.Milliseconds(), 0)}
 				for _, m := range byLock[name] {

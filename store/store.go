@@ -141,7 +141,7 @@ func newClient(rawURL string, g *Gate) (redis.UniversalClient, error) {
 	if strings.HasPrefix(rawURL, sentinelScheme+"://") {
 		fo, err := parseSentinelURL(rawURL)
 		if err != nil {
-			return nil, fmt.Errorf("parse redis url: %w", err)
+			return nil, urlError(rawURL, err)
 		}
 		connLimits(&fo.MaxRetries, &fo.DialerRetries, &fo.DialTimeout, &fo.ReadTimeout, &fo.WriteTimeout, &fo.ContextTimeoutEnabled)
 		if g != nil {
@@ -152,7 +152,7 @@ func newClient(rawURL string, g *Gate) (redis.UniversalClient, error) {
 	}
 	opt, err := redis.ParseURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("parse redis url: %w", err)
+		return nil, urlError(rawURL, err)
 	}
 	connLimits(&opt.MaxRetries, &opt.DialerRetries, &opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.ContextTimeoutEnabled)
 	if g != nil {

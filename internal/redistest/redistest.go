@@ -67,9 +67,8 @@ func StartServer(dir string, extra ...string) (*Server, error) {
 			"--dir", dir, "--daemonize", "no", "--protected-mode", "no",
 		}, extra...)
 		if slices.Contains(extra, "--cluster-enabled") {
-			// A cluster node's bus port is its port + 10000 unless told: past
-			// 55535 that is no port at all, and below it often one another
-			// process holds. A free port of its own, checked like the first.
+			// The cluster bus port is port+10000 unless told: often taken (an
+			// ephemeral port) or beyond 65535. A free one of its own.
 			bus, err := FreePort()
 			if err != nil {
 				return nil, err
