@@ -30,7 +30,7 @@ func TestSmoke(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	s := newScriptLocker(rdb, "smoke")
 
-	u, err := uncontended(ctx, target{sysRedisScript, s.pair, []int{pid}}, 1, 50*time.Millisecond, 200*time.Millisecond, 0, "smoke")
+	u, err := uncontended(ctx, target{system: sysRedisScript, pair: s.pair, pids: []int{pid}}, 1, 50*time.Millisecond, 200*time.Millisecond, 0, "smoke")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func TestSharedScript(t *testing.T) {
 	s := newScriptLocker(rdb, "smoke")
 
 	pair := func(ctx context.Context, _ string) error { return s.sharedPair(ctx, "one") }
-	u, err := uncontended(ctx, target{sysRedisScript, pair, []int{pid}}, 4, 50*time.Millisecond, 200*time.Millisecond, 0, "smoke-s")
+	u, err := uncontended(ctx, target{system: sysRedisScript, pair: pair, pids: []int{pid}}, 4, 50*time.Millisecond, 200*time.Millisecond, 0, "smoke-s")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,11 +6,12 @@ import "time"
 const (
 	sysBaton       = "baton"
 	sysEtcd        = "etcd"
+	sysEtcdLease   = "etcd-lease" // etcd with one lease kept per client: lock + unlock per pair
 	sysRedislock   = "redislock"
 	sysRedisScript = "redis-script"
 )
 
-var allSystems = []string{sysBaton, sysEtcd, sysRedislock, sysRedisScript}
+var allSystems = []string{sysBaton, sysEtcd, sysEtcdLease, sysRedislock, sysRedisScript}
 
 // config is what one mode (quick or full) runs. Every figure is the median of
 // runs runs.

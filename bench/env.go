@@ -81,7 +81,7 @@ func newEnv(ctx context.Context, root string, cfg config) (e *env, err error) {
 	}
 	e.pin.Processes["redis-server"] = allowedCPUs(e.redisPID)
 
-	if cfg.wantSystem(sysEtcd) && (cfg.wantScenario("uncontended") || cfg.wantScenario("handoff") || cfg.wantScenario("expiry_handoff")) {
+	if (cfg.wantSystem(sysEtcd) || cfg.wantSystem(sysEtcdLease)) && (cfg.wantScenario("uncontended") || cfg.wantScenario("handoff") || cfg.wantScenario("expiry_handoff")) {
 		fmt.Println("starting etcd ...")
 		if err := e.startEtcd(ctx); err != nil {
 			return nil, err

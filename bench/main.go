@@ -56,7 +56,7 @@ func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	full := fs.Bool("full", false, "the full comparison (<= 10 min); also writes RESULTS.md and results.svg")
 	only := fs.String("only", "", "comma-separated scenarios to run (uncontended,handoff,shared,waiters,expiry_handoff,names); default all")
-	systems := fs.String("systems", "", "comma-separated systems to run (baton,etcd,redislock,redis-script); default all")
+	systems := fs.String("systems", "", "comma-separated systems to run (baton,etcd,etcd-lease,redislock,redis-script); default all")
 	rate := fs.Float64("rate", 0, "uncontended: open-loop at this many pairs/s per run instead of closed-loop max throughput")
 	etcdTmpfs := fs.Bool("etcd-tmpfs", false, "put etcd's data directory on tmpfs (/dev/shm), so its fsyncs cost nothing")
 	duration := fs.Duration("duration", 0, "uncontended: measured time of one run (default: the mode's)")

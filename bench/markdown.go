@@ -63,7 +63,11 @@ binary ` + "`-baton-bin`" + ` names (Setup says which, and its commit).
   default, protected mode.
 - **etcd**: its JSON gateway with net/http: lease grant, /v3/lock/lock,
   /v3/lock/unlock, lease revoke, which is what one acquire+release costs a client
-  of that API.
+  of that API (a one-shot client).
+- **etcd-lease**: the same API as a long-lived client uses it (etcd's own
+  concurrency package keeps one session lease): each client grants one lease
+  before the warm-up and takes every lock under it, so a pair is /v3/lock/lock
+  and /v3/lock/unlock, 2 calls.
 - **redislock**: github.com/bsm/redislock in this process (Obtain, Release), same
   Redis.
 - **redis-script**: Baton's own acquire and release scripts (lua/) called from Go

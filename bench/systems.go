@@ -19,7 +19,7 @@ func (e *env) targets(ctx context.Context) ([]target, func(), error) {
 	var ts []target
 	var variants []authVariant
 	if e.cfg.wantSystem(sysBaton) {
-		ts = append(ts, target{sysBaton, batonPair(client.New(e.batonURL), 0), e.batonPIDs()})
+		ts = append(ts, target{system: sysBaton, pair: batonPair(client.New(e.batonURL), 0), pids: e.batonPIDs()})
 		if e.cfg.authCompare {
 			var err error
 			if variants, err = e.startAuthVariants(ctx); err != nil {
@@ -30,7 +30,7 @@ func (e *env) targets(ctx context.Context) ([]target, func(), error) {
 				if v.key != "" {
 					c = keyClient(v.url, v.key)
 				}
-				ts = append(ts, target{v.system, batonPair(c, 0), []int{v.proc.pid(), e.redisPID}})
+				ts = append(ts, target{system: v.system, pair: batonPair(c, 0), pids: []int{v.proc.pid(), e.redisPID}})
 			}
 		}
 	}
@@ -40,13 +40,16 @@ func (e *env) targets(ctx context.Context) ([]target, func(), error) {
 		stopAuthVariants(variants)
 	}
 	if e.cfg.wantSystem(sysEtcd) {
-		ts = append(ts, target{sysEtcd, newEtcdClient(e.etcdURL).pair, []int{e.etcd.pid()}})
+		ts = append(ts, target{system: sysEtcd, pair: newEtcdClient(e.etcdURL).pair, pids: []int{e.etcd.pid()}})
+	}
+	if e.cfg.wantSystem(sysEtcdLease) {
+		ts = append(ts, target{system: sysEtcdLease, worker: newEtcdClient(e.etcdURL).leaseWorker, pids: []int{e.etcd.pid()}})
 	}
 	if e.cfg.wantSystem(sysRedislock) {
-		ts = append(ts, target{sysRedislock, newRedislockLocker(rdb, redislockPrefix).pair, []int{e.redisPID}})
+		ts = append(ts, target{system: sysRedislock, pair: newRedislockLocker(rdb, redislockPrefix).pair, pids: []int{e.redisPID}})
 	}
 	if e.cfg.wantSystem(sysRedisScript) {
-		ts = append(ts, target{sysRedisScript, newScriptLocker(rdb, scriptPrefix).pair, []int{e.redisPID}})
+		ts = append(ts, target{system: sysRedisScript, pair: newScriptLocker(rdb, scriptPrefix).pair, pids: []int{e.redisPID}})
 	}
 	// Load the scripts before the first measured call.
 	if err := newScriptLocker(rdb, scriptPrefix).pair(ctx, "warm"); err != nil {

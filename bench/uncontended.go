@@ -20,6 +20,11 @@ type target struct {
 	system string
 	pair   pairFunc
 	pids   []int // the serving side, whose CPU is counted
+
+	// worker, when set, replaces pair: each worker calls it once, before the
+	// warm-up, for a pair of its own (a client that keeps state across pairs,
+	// such as etcd's lease-reusing one), and calls done when the run ends.
+	worker func(ctx context.Context) (pair pairFunc, done func(), err error)
 }
 
 // uncRun is one run's figures.
@@ -74,6 +79,17 @@ func uncontended(ctx context.Context, t target, c int, warmup, duration time.Dur
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			pair := t.pair
+			if t.worker != nil {
+				p, done, err := t.worker(runCtx)
+				if err != nil {
+					errs.Add(1)
+					errOnce.Do(func() { firstErr = err })
+					return
+				}
+				defer done()
+				pair = p
+			}
 			name := make([]byte, 0, 64)
 			prefix := tag + "-" + strconv.Itoa(w) + "-"
 			for i := 0; runCtx.Err() == nil; i++ {
@@ -93,7 +109,7 @@ func uncontended(ctx context.Context, t target, c int, warmup, duration time.Dur
 					}
 				}
 				name = strconv.AppendInt(append(name[:0], prefix...), int64(i), 10)
-				err := t.pair(runCtx, string(name))
+				err := pair(runCtx, string(name))
 				done := time.Now()
 				if err != nil {
 					if runCtx.Err() != nil {
