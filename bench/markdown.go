@@ -26,8 +26,8 @@ func (r *results) writeMarkdown(path, table string) error {
 	fmt.Fprintf(&b, "- redis-server: %s\n", m.redisVer)
 	fmt.Fprintf(&b, "- etcd: %s\n\n", m.etcdVer)
 
-	fmt.Fprintf(&b, "## Setup\n\n- redis: %s\n- etcd data directory: %s\n- baton: %s\n- uncontended: %s, %s\n- names: %s\n- every figure but names': the median of %d runs\n\n",
-		r.Setup.Redis, r.Setup.EtcdData, r.Setup.Baton, r.Setup.Duration, r.Setup.Loop, r.Setup.Names, r.Setup.Runs)
+	fmt.Fprintf(&b, "## Setup\n\n- redis: %s\n- etcd data directory: %s\n- baton: %s\n- uncontended: %s, %s; durability cells: %s\n- names: %s\n- every figure but names': the median of %d runs\n\n",
+		r.Setup.Redis, r.Setup.EtcdData, r.Setup.Baton, r.Setup.Duration, r.Setup.Loop, r.Setup.Durability, r.Setup.Names, r.Setup.Runs)
 	fmt.Fprintf(&b, "## Pinning\n\n%s.\n\n", r.Pinning.Note)
 	var procs []string
 	for p := range r.Pinning.Processes {
@@ -49,10 +49,17 @@ const method = `## Method
 
 Everything runs on this one machine, started by the harness on free loopback
 ports: one redis-server (no persistence) shared by Baton, redislock and
-redis-script; one etcd (single member; its data directory is given under Setup:
-on disk by default, as etcd is deployed, fsyncing its WAL on every write, or on
-tmpfs with ` + "`-etcd-tmpfs`" + `); Baton built from the tree, or the prebuilt
-binary ` + "`-baton-bin`" + ` names (Setup says which, and its commit).
+redis-script; one etcd (single member) with its data directory on tmpfs
+(/dev/shm), where its fsyncs cost nothing, like Redis without persistence; Baton
+built from the tree, or the prebuilt binary ` + "`-baton-bin`" + ` names (Setup says
+which, and its commit). That is the memory cell of the durability table, and
+every scenario runs on it. The uncontended scenario also runs the durable cell
+(` + "`-durability memory|durable|both`" + `, both by default): a redis-server of its own
+with ` + "`appendonly yes`" + ` and ` + "`appendfsync always`" + ` (every write fsynced before
+Redis answers), its files on disk, with a Baton of its own and redis-script on
+it; and an etcd of its own with its data on disk, as etcd is deployed (it fsyncs
+its WAL on every write). Every ratio against etcd is against etcd's best client
+style (etcd or etcd-lease) in the same cell.
 
 - **baton**: HTTP/1.1 through the ` + "`client`" + ` package: POST /v1/locks/{name},
   DELETE the lease.
@@ -80,7 +87,9 @@ Scenarios:
   time after a warm-up; latency per pair from an HdrHistogram; server CPU from
   /proc/<pid>/stat (utime+stime) of the serving side over the measured window
   (baton: its process and redis-server; etcd: its process; redislock and
-  redis-script: redis-server). ` + "`-rate`" + ` switches to open loop, latency from each
+  redis-script: redis-server). Each row also gives the median share of the
+  machine's CPU that processes not of this run took during its runs (other
+  load): the figures of a row with more than a few % are perturbed. ` + "`-rate`" + ` switches to open loop, latency from each
   pair's intended start (no coordinated omission).
 - **handoff**: a holder and N waiters queued in arrival order on one lock (baton:
   fair tickets, each long-polled, the release sent once Baton holds all N polls;
