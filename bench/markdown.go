@@ -120,10 +120,13 @@ Scenarios:
   from CLIENT LIST (this program's own are named and left out), pub/sub ones
   counted apart; idle CPU of Baton over a few seconds with all N waiting.
 - **expiry_handoff**: a holder takes a short lease (baton: 200 ms; etcd: its
-  minimum lease TTL) and vanishes; a waiter waits behind it. Baton: the waiter's
-  acquired_at minus the holder's expires_at, both on the Redis clock. etcd: the
-  waiter's grant minus (the lease grant's response time + its TTL), on this
-  machine's clock.
+  minimum lease TTL) and vanishes; a waiter waits behind it. For both, on this
+  machine's clock: the waiter's answer's arrival minus (the holder's answer's
+  arrival + the TTL that answer gave). Negative figures are kept as they are
+  (never clipped; the row counts them): the holder's answer took longer to
+  arrive than the waiter's. A waiter whose answer arrived before the holder's
+  request was sent + the TTL (a lower bound of the lease end) was granted
+  during the lease: a bug, counted, and it fails the run.
 - **names**: N distinct names (` + "`order:00000000`" + ` ...) each acquired and
   released once by 16 clients (baton through HTTP, redis-script and redislock in
   process; redislock, which deletes its key on release, up to 100k names in the

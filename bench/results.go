@@ -67,11 +67,17 @@ type waitersRow struct {
 	rssBefore, rssWith int64
 }
 
+// expiryRow: every time on the client's clock, latencies signed (never
+// clipped at 0).
 type expiryRow struct {
 	Scenario string  `json:"scenario"`
 	System   string  `json:"system"`
+	Clock    string  `json:"clock"`
 	P50      float64 `json:"p50_ms"`
 	P99      float64 `json:"p99_ms"`
+	Min      float64 `json:"min_ms"`
+	Negative int     `json:"negative"`     // repetitions whose latency came out below 0 (measurement: see expiryObs)
+	Early    int     `json:"early_grants"` // waiters granted before the holder's lease could have ended: bugs
 	reps     int
 }
 

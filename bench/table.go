@@ -86,13 +86,15 @@ func (r *results) table() string {
 		b.WriteString("\n")
 	}
 	if len(r.Expiry) > 0 {
-		b.WriteString("### expiry_handoff: holder's lease end -> next grant (median of runs)\n\n")
+		b.WriteString("### expiry_handoff: holder's lease end -> next grant, on the client's clock for both (median of runs; min and counts over all runs)\n\n")
 		var rows [][]string
 		for _, x := range r.Expiry {
-			rows = append(rows, []string{x.System, fmt.Sprint(x.reps), f1(x.P50), f1(x.P99)})
+			rows = append(rows, []string{x.System, fmt.Sprint(x.reps), f1(x.P50), f1(x.P99), f1(x.Min), fmt.Sprint(x.Negative), fmt.Sprint(x.Early)})
 		}
-		b.WriteString(mdTable([]string{"system", "repetitions", "p50 ms", "p99 ms"}, rows))
-		b.WriteString("\n")
+		b.WriteString(mdTable([]string{"system", "repetitions", "p50 ms", "p99 ms", "min ms", "negative", "granted before the lease end (bugs)"}, rows))
+		b.WriteString("\nLease end = the holder's answer's arrival + the TTL it gave; grant = the waiter's answer's arrival. " +
+			"A negative figure is kept as it is (the holder's answer took longer to arrive than the waiter's); " +
+			"a waiter whose answer arrived before the holder's request was sent + the TTL was granted during the lease, a bug that fails the run.\n\n")
 	}
 	b.WriteString(r.namesTable())
 	b.WriteString(r.loadNote() + "\n\n")
