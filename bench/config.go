@@ -39,6 +39,11 @@ type config struct {
 	durabilities       []string
 	durableConcurrency []int
 
+	// cluster: Baton over one Redis and over a Redis Cluster, uncontended at
+	// these concurrencies, then these levels of waiters on the cluster
+	clusterConcurrency []int
+	clusterWaiters     []int
+
 	// handoff
 	handoffWaiters []int
 	handoffSamples int // handoffs measured per run (at least; whole rounds)
@@ -83,6 +88,8 @@ func quickConfig() config {
 		concurrency:        []int{1, 16, 64},
 		durabilities:       []string{durMemory, durDurable},
 		durableConcurrency: []int{16},
+		clusterConcurrency: []int{16},
+		clusterWaiters:     []int{1000},
 		duration:           time.Second,
 		warmup:             250 * time.Millisecond,
 		handoffWaiters:     []int{2, 16, 64},
@@ -112,6 +119,8 @@ func fullConfig() config {
 		concurrency:        []int{1, 16, 64},
 		durabilities:       []string{durMemory, durDurable},
 		durableConcurrency: []int{16, 64},
+		clusterConcurrency: []int{16},
+		clusterWaiters:     []int{10000},
 		duration:           4 * time.Second,
 		warmup:             500 * time.Millisecond,
 		handoffWaiters:     []int{2, 16, 64},

@@ -51,6 +51,8 @@ type env struct {
 	etcdDisk    *proc
 	etcdDiskURL string
 	etcdDiskDir string
+	// the cluster scenario's processes, while it runs: counted by mark
+	clusterPIDs []int
 }
 
 // newEnv starts redis-server and etcd, and builds and starts Baton. On error it
@@ -245,6 +247,7 @@ func (e *env) servingPIDs() []int {
 			live = append(live, pid)
 		}
 	}
+	live = append(live, e.clusterPIDs...)
 	for _, p := range []*proc{e.etcd, e.etcdDisk, e.baton, e.batonAOF} {
 		if p != nil && p.alive() {
 			live = append(live, p.pid())

@@ -55,7 +55,7 @@ func main() {
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	full := fs.Bool("full", false, "the full comparison (<= 10 min); also writes RESULTS.md and results.svg")
-	only := fs.String("only", "", "comma-separated scenarios to run (uncontended,handoff,shared,waiters,expiry_handoff,names); default all")
+	only := fs.String("only", "", "comma-separated scenarios to run (uncontended,handoff,shared,waiters,expiry_handoff,names,cluster); default all")
 	systems := fs.String("systems", "", "comma-separated systems to run (baton,etcd,etcd-lease,redislock,redis-script); default all")
 	rate := fs.Float64("rate", 0, "uncontended: open-loop at this many pairs/s per run instead of closed-loop max throughput")
 	durability := fs.String("durability", "both", "uncontended: the durability cells to run: memory (Redis without persistence, etcd's data on tmpfs), durable (Redis appendfsync always, etcd on disk), or both; the other scenarios always run on the memory cell")
@@ -150,6 +150,7 @@ func run(ctx context.Context, args []string) error {
 		{"waiters", runWaitersAll},
 		{"expiry_handoff", runExpiryAll},
 		{"names", runNamesAll},
+		{"cluster", runClusterAll},
 	} {
 		if !cfg.wantScenario(sc.name) {
 			continue

@@ -143,6 +143,17 @@ Scenarios:
   still. Per name: bytes / N; in its guard: bytes / keys still counted. One run
   per system and N, no median. Keys left after the guard fail the benchmark.
 
+- **cluster** (issue 13): Baton over the one redis-server (baton) against a
+  Baton over a Redis Cluster of 3 masters without replicas (baton-cluster;
+  ` + "`redis+cluster://`" + `, every node a seed), every node pinned with the serving
+  side, on this same machine: uncontended pairs over distinct names, as in
+  uncontended, whose hash tag {name} spreads them over the masters' slots (the
+  row gives the masters the names fell on and each one's share); server CPU is
+  Baton's and every redis-server's, the cluster bus included. Then the waiters
+  scenario on a fresh Baton over the cluster: Redis connections and pub/sub ones
+  counted on every master; Baton keeps one SSUBSCRIBE connection per master, and
+  more fails the run.
+
 Each figure but names' is the median over the runs (systems interleaved within a
 run).
 `

@@ -63,6 +63,8 @@ type waitersRow struct {
 	RedisConns   int     `json:"redis_connections"`
 	PubSubConns  int     `json:"pubsub_connections"`
 	IdleCPU      float64 `json:"idle_cpu_percent"`
+	Shards       int     `json:"shards,omitempty"`             // cluster_waiters: the masters
+	OtherLoad    float64 `json:"other_load_percent,omitempty"` // cluster_waiters
 
 	rssBefore, rssWith int64
 }
@@ -117,17 +119,20 @@ type results struct {
 	Setup   setup     `json:"setup"`
 	Load    otherLoad `json:"other_load"`
 
-	Uncontended []uncontendedRow `json:"-"`
-	Handoff     []handoffRow     `json:"-"`
-	Shared      []sharedRow      `json:"-"`
-	Waiters     []waitersRow     `json:"-"`
-	Expiry      []expiryRow      `json:"-"`
-	Names       []namesRow       `json:"-"`
-	Goals       []goal           `json:"goals"`
+	Uncontended    []uncontendedRow `json:"-"`
+	Handoff        []handoffRow     `json:"-"`
+	Shared         []sharedRow      `json:"-"`
+	Waiters        []waitersRow     `json:"-"`
+	Expiry         []expiryRow      `json:"-"`
+	Names          []namesRow       `json:"-"`
+	Cluster        []clusterRow     `json:"-"`
+	ClusterWaiters []waitersRow     `json:"-"`
+	Goals          []goal           `json:"goals"`
 
 	info         machine
 	elapsed      time.Duration
 	waitersBound string   // what bounded the largest waiters level
+	clusterNote  string   // the cluster's shape
 	failures     []string // checks that make the run fail once its results are written
 }
 
@@ -154,6 +159,12 @@ func (r *results) writeJSON(path string) error {
 		rows = append(rows, x)
 	}
 	for _, x := range r.Names {
+		rows = append(rows, x)
+	}
+	for _, x := range r.Cluster {
+		rows = append(rows, x)
+	}
+	for _, x := range r.ClusterWaiters {
 		rows = append(rows, x)
 	}
 	type out struct {
@@ -325,6 +336,10 @@ func evaluateGoals(r *results) []goal {
 	}
 	x := r.exp(sysBaton)
 	add("expiry_handoff: baton p99 <= 50 ms", x != nil, gotExp(x), x != nil && x.P99 <= 50)
+	for _, w := range r.ClusterWaiters {
+		add(fmt.Sprintf("cluster waiters %d: one pub/sub connection per master", w.Waiters), true,
+			fmt.Sprintf("%d pub/sub over %d masters (%d connections in all)", w.PubSubConns, w.Shards, w.RedisConns), w.PubSubConns == w.Shards)
+	}
 	gs = append(gs, authGoals(r)...)
 	return append(gs, namesGoals(r)...)
 }

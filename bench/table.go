@@ -97,8 +97,9 @@ func (r *results) table() string {
 			"a waiter whose answer arrived before the holder's request was sent + the TTL was granted during the lease, a bug that fails the run.\n\n")
 	}
 	b.WriteString(r.namesTable())
+	b.WriteString(r.clusterTable())
 	b.WriteString(r.loadNote() + "\n\n")
-	issues := "issue 4, against etcd's best style per durability: issue 15; names: issue 16"
+	issues := "issue 4, against etcd's best style per durability: issue 15; names: issue 16; cluster: issue 13"
 	if len(authGoals(r)) > 0 {
 		issues += "; access control: issue 9"
 	}
@@ -163,7 +164,7 @@ func (r *results) durabilityTable() string {
 // loadNote says how much other processes used the machine while this ran.
 func (r *results) loadNote() string {
 	var by []string
-	for _, sc := range []string{"uncontended", "handoff", "shared", "waiters", "expiry_handoff", "names"} {
+	for _, sc := range []string{"uncontended", "handoff", "shared", "waiters", "expiry_handoff", "names", "cluster"} {
 		if v, ok := r.Load.Scenarios[sc]; ok {
 			by = append(by, fmt.Sprintf("%s %.1f%%", sc, v))
 		}
