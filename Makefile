@@ -66,13 +66,16 @@ screenshots: deps tools-test
 	$(GO) test -count=1 -run '^TestDashboard$$' ./ui -screenshots
 
 # The side-by-side benchmark of issue 4 (bench/): it starts its own redis-server,
-# etcd and Baton on free loopback ports. bench-quick: <= 2 min, writes
-# bench/results.json; bench: <= 10 min, also bench/RESULTS.md and bench/results.svg.
+# etcd and Baton on free loopback ports. bench-quick: about 2 min, writes
+# bench/results.json; bench: about 12 min, also bench/RESULTS.md and bench/results.svg.
+# Both run the uncontended scenario in memory and durable (-durability), and the
+# cluster scenario (a 3-master Redis Cluster: needs redis-cli).
 .PHONY: bench bench-quick tools-bench
 
 tools-bench:
 	@scripts/need.sh etcd etcd-server
 	@scripts/need.sh redis-server redis-server
+	@scripts/need.sh redis-cli redis-tools
 
 bench: deps tools-bench
 	$(GO) run ./bench -full

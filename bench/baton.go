@@ -95,30 +95,37 @@ func batonHandoff(c *client.Client, base string) handoffRound {
 }
 
 // batonExpiry: the holder takes a short lease and vanishes; a non-fair waiter
-// blocks behind it. Both times come from Baton's answers, on the Redis clock: the
-// holder's expires_at and the waiter's acquired_at.
+// blocks behind it. Timed on this machine's clock, as etcd's is: the lease end
+// is the holder's answer's arrival plus the TTL it gave (Baton's ttl, by the
+// Redis clock), the grant the waiter's answer's arrival.
 func batonExpiry(c *client.Client, ttl time.Duration) expiryRep {
-	return func(ctx context.Context, name string) (time.Duration, error) {
+	return func(ctx context.Context, name string) (expiryObs, error) {
+		sent := time.Now()
 		hold, err := c.Acquire(ctx, name, client.AcquireOptions{TTL: ttl})
 		if err != nil {
-			return 0, err
+			return expiryObs{}, err
 		}
+		got := time.Now()
 		if hold.Lease == nil {
-			return 0, fmt.Errorf("holder of %q not granted", name)
+			return expiryObs{}, fmt.Errorf("holder of %q not granted", name)
 		}
-		if time.Until(hold.Lease.ExpiresAt) < expiryLead {
-			return 0, errLate // expires_at is on the Redis clock, the same machine's
+		left := hold.Lease.TTL
+		if left <= 0 {
+			left = ttl
+		}
+		if time.Until(got.Add(left)) < expiryLead {
+			return expiryObs{}, errLate
 		}
 		w, err := c.Acquire(ctx, name, client.AcquireOptions{TTL: time.Minute, Wait: 10 * time.Second})
 		if err != nil {
-			return 0, err
+			return expiryObs{}, err
 		}
 		if w.Lease == nil {
-			return 0, fmt.Errorf("waiter of %q not granted", name)
+			return expiryObs{}, fmt.Errorf("waiter of %q not granted", name)
 		}
-		lat := w.Lease.AcquiredAt.Sub(hold.Lease.ExpiresAt)
+		o := observe(sent, got, left, time.Now())
 		_, err = c.Release(ctx, name, w.Lease.ID)
-		return lat, err
+		return o, err
 	}
 }
 

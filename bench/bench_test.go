@@ -30,7 +30,7 @@ func TestSmoke(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	s := newScriptLocker(rdb, "smoke")
 
-	u, err := uncontended(ctx, target{sysRedisScript, s.pair, []int{pid}}, 1, 50*time.Millisecond, 200*time.Millisecond, 0, "smoke")
+	u, err := uncontended(ctx, target{system: sysRedisScript, pair: s.pair, pids: []int{pid}}, 1, 50*time.Millisecond, 200*time.Millisecond, 0, "smoke")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func TestSharedScript(t *testing.T) {
 	s := newScriptLocker(rdb, "smoke")
 
 	pair := func(ctx context.Context, _ string) error { return s.sharedPair(ctx, "one") }
-	u, err := uncontended(ctx, target{sysRedisScript, pair, []int{pid}}, 4, 50*time.Millisecond, 200*time.Millisecond, 0, "smoke-s")
+	u, err := uncontended(ctx, target{system: sysRedisScript, pair: pair, pids: []int{pid}}, 4, 50*time.Millisecond, 200*time.Millisecond, 0, "smoke-s")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,3 +297,32 @@ func TestBearer(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestObserve: expiry latencies are kept signed, and a grant before the lower
+// bound of the lease end is flagged.
+func TestObserve(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	ttl := 200 * time.Millisecond
+	for _, tt := range []struct {
+		name      string
+		got, won  time.Duration // after t0, the holder's request being sent
+		wantLat   time.Duration
+		wantEarly bool
+	}{
+		{"after the end", 1 * time.Millisecond, 204 * time.Millisecond, 3 * time.Millisecond, false},
+		{"negative, holder's answer slow", 5 * time.Millisecond, 202 * time.Millisecond, -3 * time.Millisecond, false},
+		{"granted during the lease", 1 * time.Millisecond, 150 * time.Millisecond, -51 * time.Millisecond, true},
+	} {
+		o := observe(t0, t0.Add(tt.got), ttl, t0.Add(tt.won))
+		if o.lat != tt.wantLat || o.early != tt.wantEarly {
+			t.Errorf("%s: got %+v, want lat %v early %v", tt.name, o, tt.wantLat, tt.wantEarly)
+		}
+	}
+	xs := []time.Duration{-2, 1, 3, 5}
+	if got := rank(xs, 50); got != 1 {
+		t.Errorf("rank 50 = %v, want 1", got)
+	}
+	if got := rank(xs, 99); got != 5 {
+		t.Errorf("rank 99 = %v, want 5", got)
+	}
+}

@@ -20,24 +20,39 @@ import (
 	"github.com/batonhq/baton/internal/redistest"
 )
 
-// env is everything the benchmark started: one redis-server shared by Baton,
-// redislock and redis-script, one etcd, and Baton built from the tree (or the
-// prebuilt binary of -baton-bin).
+// env is everything the benchmark started: one redis-server without
+// persistence shared by Baton, redislock and redis-script, one etcd with its
+// data on tmpfs, and Baton built from the tree (or the prebuilt binary of
+// -baton-bin): the memory cell of the durability table, which every scenario
+// uses. With the durable cell (-durability), the uncontended scenario also gets
+// a durable redis-server (appendonly, appendfsync always, on disk) with a Baton
+// of its own, and an etcd with its data on disk.
 type env struct {
 	cfg      config
 	root     string
 	dir      string // temporary: logs, the Baton binary, data dirs
-	etcdDir  string
 	pinned   bool
 	pin      pinning
 	noFile   uint64
 	redis    *redistest.Server
 	redisPID int
-	etcd     *proc
+	etcd     *proc // the memory cell's etcd, which every scenario uses
 	etcdURL  string
+	etcdDir  string
 	batonBin string
 	baton    *proc
 	batonURL string
+
+	// the durable cell, for the uncontended scenario
+	redisAOF    *redistest.Server
+	redisAOFPID int
+	batonAOF    *proc
+	batonAOFURL string
+	etcdDisk    *proc
+	etcdDiskURL string
+	etcdDiskDir string
+	// the cluster scenario's processes, while it runs: counted by mark
+	clusterPIDs []int
 }
 
 // newEnv starts redis-server and etcd, and builds and starts Baton. On error it
@@ -81,12 +96,40 @@ func newEnv(ctx context.Context, root string, cfg config) (e *env, err error) {
 	}
 	e.pin.Processes["redis-server"] = allowedCPUs(e.redisPID)
 
-	if cfg.wantSystem(sysEtcd) && (cfg.wantScenario("uncontended") || cfg.wantScenario("handoff") || cfg.wantScenario("expiry_handoff")) {
-		fmt.Println("starting etcd ...")
-		if err := e.startEtcd(ctx); err != nil {
+	wantEtcd := cfg.wantSystem(sysEtcd) || cfg.wantSystem(sysEtcdLease)
+	if wantEtcd && (cfg.wantScenario("uncontended") && cfg.wantDurability(durMemory) || cfg.wantScenario("handoff") || cfg.wantScenario("expiry_handoff")) {
+		fmt.Println("starting etcd (data on tmpfs) ...")
+		if e.etcd, e.etcdURL, e.etcdDir, err = e.startEtcd(ctx, true); err != nil {
 			return nil, err
 		}
 		e.pin.Processes["etcd"] = allowedCPUs(e.etcd.pid())
+	}
+	durable := cfg.wantScenario("uncontended") && cfg.wantDurability(durDurable)
+	if durable && wantEtcd {
+		fmt.Println("starting etcd (data on disk) ...")
+		if e.etcdDisk, e.etcdDiskURL, e.etcdDiskDir, err = e.startEtcd(ctx, false); err != nil {
+			return nil, err
+		}
+		e.pin.Processes["etcd-disk"] = allowedCPUs(e.etcdDisk.pid())
+	}
+	if durable && (cfg.wantSystem(sysBaton) || cfg.wantSystem(sysRedisScript)) {
+		fmt.Println("starting redis-server (appendonly yes, appendfsync always) ...")
+		aofDir := filepath.Join(e.dir, "redis-aof")
+		if err := os.MkdirAll(aofDir, 0o755); err != nil {
+			return nil, err
+		}
+		if e.redisAOF, err = redistest.StartServer(aofDir, "--maxclients", "100000", "--appendonly", "yes", "--appendfsync", "always"); err != nil {
+			return nil, err
+		}
+		if e.redisAOFPID, err = redisPID(ctx, e.redisAOF.Addr()); err != nil {
+			return nil, err
+		}
+		if e.pinned {
+			if err := pinProcess(e.redisAOFPID, serverCPU); err != nil {
+				return nil, err
+			}
+		}
+		e.pin.Processes["redis-server-aof"] = allowedCPUs(e.redisAOFPID)
 	}
 	if cfg.wantSystem(sysBaton) {
 		if cfg.batonBin != "" {
@@ -102,6 +145,12 @@ func newEnv(ctx context.Context, root string, cfg config) (e *env, err error) {
 			return nil, err
 		}
 		e.pin.Processes["baton"] = allowedCPUs(e.baton.pid())
+		if e.redisAOF != nil {
+			if e.batonAOF, e.batonAOFURL, err = e.startBaton(ctx, "BATON_REDIS_URL="+e.redisAOF.URL()); err != nil {
+				return nil, err
+			}
+			e.pin.Processes["baton-aof"] = allowedCPUs(e.batonAOF.pid())
+		}
 	}
 	return e, nil
 }
@@ -112,7 +161,7 @@ const batonSettings = "BATON_LOG_LEVEL=warn BATON_MAX_WAIT=10m BATON_MAX_WAITERS
 func (e *env) setup() setup {
 	s := setup{
 		Redis:    "redis-server, no persistence (--save '' --appendonly no), shared by baton, redislock and redis-script",
-		EtcdData: "disk: a temporary directory under " + os.TempDir() + " (etcd fsyncs its WAL on every write)",
+		EtcdData: "tmpfs (/dev/shm): its fsyncs cost nothing, like Redis without persistence",
 		Baton:    "built from the tree" + binaryCommit(e.batonBin) + "; " + batonSettings,
 		Runs:     e.cfg.runs,
 		Duration: fmt.Sprintf("%v measured after %v warm-up", e.cfg.duration, e.cfg.warmup),
@@ -123,9 +172,17 @@ func (e *env) setup() setup {
 	if e.cfg.batonBin != "" {
 		s.Baton = "prebuilt " + e.cfg.batonBin + binaryCommit(e.batonBin) + "; " + batonSettings
 	}
-	if e.cfg.etcdTmpfs {
-		s.EtcdData = "tmpfs (/dev/shm): its fsyncs cost nothing, like Redis without persistence"
+	if !etcdOnTmpfs() {
+		s.EtcdData = "disk (no /dev/shm on this machine): a temporary directory under " + os.TempDir()
 	}
+	if e.redisAOF != nil {
+		s.Redis += "; durable cell: a redis-server of its own with --appendonly yes --appendfsync always (every write fsynced before the answer), " +
+			"its files on disk under " + os.TempDir() + ", with a Baton of its own (baton) and redis-script"
+	}
+	if e.etcdDisk != nil {
+		s.EtcdData += "; durable cell: an etcd of its own with its data on disk under " + os.TempDir() + " (it fsyncs its WAL on every write, as etcd is deployed)"
+	}
+	s.Durability = strings.Join(e.cfg.durabilities, ", ")
 	if e.cfg.rate > 0 {
 		s.Loop = fmt.Sprintf("open loop at %.0f pairs/s, latency from each pair's intended start", e.cfg.rate)
 	}
@@ -173,21 +230,30 @@ type cpuMark struct {
 func (e *env) mark() cpuMark {
 	ours, _ := cpuTime(os.Getpid())
 	ours += childrenCPU()
-	var live []int
-	if e.redisPID != 0 {
-		live = append(live, e.redisPID)
-	}
-	for _, p := range []*proc{e.etcd, e.baton} {
-		if p != nil && p.alive() {
-			live = append(live, p.pid())
-		}
-	}
-	for _, pid := range live {
+	for _, pid := range e.servingPIDs() {
 		if t, err := cpuTime(pid); err == nil {
 			ours += t
 		}
 	}
 	return cpuMark{at: time.Now(), busy: machineBusy(), ours: ours}
+}
+
+// servingPIDs are the live serving processes this run started and has not
+// waited for yet.
+func (e *env) servingPIDs() []int {
+	var live []int
+	for _, pid := range []int{e.redisPID, e.redisAOFPID} {
+		if pid != 0 {
+			live = append(live, pid)
+		}
+	}
+	live = append(live, e.clusterPIDs...)
+	for _, p := range []*proc{e.etcd, e.etcdDisk, e.baton, e.batonAOF} {
+		if p != nil && p.alive() {
+			live = append(live, p.pid())
+		}
+	}
+	return live
 }
 
 // otherLoad is the share of the machine's CPU time (all CPUs) that processes
@@ -216,17 +282,20 @@ func loadAverage() string {
 
 // close stops everything and removes the temporary files.
 func (e *env) close() {
-	if e.baton != nil {
-		e.baton.stop(5 * time.Second)
+	for _, p := range []*proc{e.baton, e.batonAOF, e.etcd, e.etcdDisk} {
+		if p != nil {
+			p.stop(5 * time.Second)
+		}
 	}
-	if e.etcd != nil {
-		e.etcd.stop(5 * time.Second)
+	for _, r := range []*redistest.Server{e.redis, e.redisAOF} {
+		if r != nil {
+			r.Stop()
+		}
 	}
-	if e.redis != nil {
-		e.redis.Stop()
-	}
-	if e.etcdDir != "" {
-		_ = os.RemoveAll(e.etcdDir)
+	for _, d := range []string{e.etcdDir, e.etcdDiskDir} {
+		if d != "" {
+			_ = os.RemoveAll(d)
+		}
 	}
 	if e.dir != "" {
 		_ = os.RemoveAll(e.dir)
@@ -299,52 +368,62 @@ func (e *env) startBaton(ctx context.Context, extra ...string) (*proc, string, e
 	return nil, "", last
 }
 
-// startEtcd starts a single-member etcd. Its data directory is a temporary one on
-// disk, as etcd is deployed (it fsyncs its WAL on every write); with -etcd-tmpfs
-// it is on /dev/shm, where fsyncs cost nothing, like Redis without persistence.
-func (e *env) startEtcd(ctx context.Context) error {
+// etcdOnTmpfs reports whether /dev/shm is there for the memory cell's etcd.
+func etcdOnTmpfs() bool {
+	st, err := os.Stat("/dev/shm")
+	return err == nil && st.IsDir()
+}
+
+// startEtcd starts a single-member etcd. With tmpfs its data directory is on
+// /dev/shm, where fsyncs cost nothing, like Redis without persistence (the
+// memory cell); without, a temporary one on disk, as etcd is deployed (it
+// fsyncs its WAL on every write: the durable cell).
+func (e *env) startEtcd(ctx context.Context, tmpfs bool) (p *proc, url, dir string, err error) {
 	bin, err := exec.LookPath("etcd")
 	if err != nil {
-		return errors.New("etcd not found: run `make bench`, which installs it, or `apt-get install etcd-server`")
+		return nil, "", "", errors.New("etcd not found: run `make bench`, which installs it, or `apt-get install etcd-server`")
 	}
 	base := e.dir
-	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() && e.cfg.etcdTmpfs {
+	if tmpfs && etcdOnTmpfs() {
 		base = "/dev/shm"
+	}
+	name := "etcd-disk"
+	if tmpfs {
+		name = "etcd"
 	}
 	var last error
 	for range 3 {
-		if e.etcdDir, err = os.MkdirTemp(base, "baton-bench-etcd-"); err != nil {
-			return err
+		if dir, err = os.MkdirTemp(base, "baton-bench-etcd-"); err != nil {
+			return nil, "", "", err
 		}
 		cp, err1 := redistest.FreePort()
 		pp, err2 := redistest.FreePort()
 		if err := errors.Join(err1, err2); err != nil {
-			return err
+			return nil, "", "", err
 		}
 		client := fmt.Sprintf("http://127.0.0.1:%d", cp)
 		peer := fmt.Sprintf("http://127.0.0.1:%d", pp)
-		p, err := startProc(e.dir, "etcd", e.pinned, nil, bin,
-			"--data-dir", e.etcdDir,
+		p, err := startProc(e.dir, name, e.pinned, nil, bin,
+			"--data-dir", dir,
 			"--listen-client-urls", client, "--advertise-client-urls", client,
 			"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
 			"--initial-cluster", "default="+peer,
 			"--logger", "zap", "--log-outputs", "stderr", "--log-level", "warn")
 		if err != nil {
-			return err
+			return nil, "", "", err
 		}
 		healthy := func(b []byte) bool {
 			var h struct{ Health string }
 			return json.Unmarshal(b, &h) == nil && h.Health == "true"
 		}
 		if last = waitHTTP(ctx, p, client+"/health", healthy); last == nil {
-			e.etcd, e.etcdURL = p, client
-			return nil
+			return p, client, dir, nil
 		}
 		p.stop(time.Second)
-		_ = os.RemoveAll(e.etcdDir)
-		last = fmt.Errorf("etcd: %w\n%s", last, p.logTail())
+		_ = os.RemoveAll(dir)
+		last = fmt.Errorf("%s: %w\n%s", name, last, p.logTail())
 	}
-	return last
+	return nil, "", "", last
 }
 
 // waitHTTP polls url until it answers 200 (and ok accepts the body), the process

@@ -126,4 +126,25 @@ func (c *etcdClient) pair(ctx context.Context, name string) error {
 	return c.revoke(ctx, lease)
 }
 
+// leaseWorker is a long-lived client as etcd's own concurrency package runs one:
+// it grants one lease up front and takes every lock under it, so that a pair is
+// lock and unlock, 2 calls. The lease's 60 s TTL outlives any run, so no
+// keep-alive is sent while measuring (a real client would send one every TTL/3,
+// one call in 20 s); done revokes it.
+func (c *etcdClient) leaseWorker(ctx context.Context) (pairFunc, func(), error) {
+	lease, _, err := c.grant(ctx, 60)
+	if err != nil {
+		return nil, nil, err
+	}
+	pair := func(ctx context.Context, name string) error {
+		key, err := c.lock(ctx, name, lease)
+		if err != nil {
+			return err
+		}
+		return c.unlock(ctx, key)
+	}
+	done := func() { _ = c.revoke(context.WithoutCancel(ctx), lease) }
+	return pair, done, nil
+}
+
 func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }

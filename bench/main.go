@@ -55,10 +55,10 @@ func main() {
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	full := fs.Bool("full", false, "the full comparison (<= 10 min); also writes RESULTS.md and results.svg")
-	only := fs.String("only", "", "comma-separated scenarios to run (uncontended,handoff,shared,waiters,expiry_handoff,names); default all")
-	systems := fs.String("systems", "", "comma-separated systems to run (baton,etcd,redislock,redis-script); default all")
+	only := fs.String("only", "", "comma-separated scenarios to run (uncontended,handoff,shared,waiters,expiry_handoff,names,cluster); default all")
+	systems := fs.String("systems", "", "comma-separated systems to run (baton,etcd,etcd-lease,redislock,redis-script); default all")
 	rate := fs.Float64("rate", 0, "uncontended: open-loop at this many pairs/s per run instead of closed-loop max throughput")
-	etcdTmpfs := fs.Bool("etcd-tmpfs", false, "put etcd's data directory on tmpfs (/dev/shm), so its fsyncs cost nothing")
+	durability := fs.String("durability", "both", "uncontended: the durability cells to run: memory (Redis without persistence, etcd's data on tmpfs), durable (Redis appendfsync always, etcd on disk), or both; the other scenarios always run on the memory cell")
 	duration := fs.Duration("duration", 0, "uncontended: measured time of one run (default: the mode's)")
 	concurrency := fs.Int("concurrency", 0, "uncontended: only this concurrency (default: 1, 16 and 64)")
 	outDir := fs.String("out", "", "directory for results.json etc., made if missing (default: bench/ of the module)")
@@ -75,7 +75,14 @@ func run(ctx context.Context, args []string) error {
 		cfg = fullConfig()
 	}
 	cfg.rate = *rate
-	cfg.etcdTmpfs = *etcdTmpfs
+	switch *durability {
+	case "both":
+		cfg.durabilities = []string{durMemory, durDurable}
+	case durMemory, durDurable:
+		cfg.durabilities = []string{*durability}
+	default:
+		return fmt.Errorf("-durability %q: want memory, durable or both", *durability)
+	}
 	cfg.authCompare = *authCompare
 	if *batonBin != "" {
 		if cfg.batonBin, err = prebuilt(*batonBin); err != nil {
@@ -143,6 +150,7 @@ func run(ctx context.Context, args []string) error {
 		{"waiters", runWaitersAll},
 		{"expiry_handoff", runExpiryAll},
 		{"names", runNamesAll},
+		{"cluster", runClusterAll},
 	} {
 		if !cfg.wantScenario(sc.name) {
 			continue

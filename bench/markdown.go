@@ -26,8 +26,8 @@ func (r *results) writeMarkdown(path, table string) error {
 	fmt.Fprintf(&b, "- redis-server: %s\n", m.redisVer)
 	fmt.Fprintf(&b, "- etcd: %s\n\n", m.etcdVer)
 
-	fmt.Fprintf(&b, "## Setup\n\n- redis: %s\n- etcd data directory: %s\n- baton: %s\n- uncontended: %s, %s\n- names: %s\n- every figure but names': the median of %d runs\n\n",
-		r.Setup.Redis, r.Setup.EtcdData, r.Setup.Baton, r.Setup.Duration, r.Setup.Loop, r.Setup.Names, r.Setup.Runs)
+	fmt.Fprintf(&b, "## Setup\n\n- redis: %s\n- etcd data directory: %s\n- baton: %s\n- uncontended: %s, %s; durability cells: %s\n- names: %s\n- every figure but names': the median of %d runs\n\n",
+		r.Setup.Redis, r.Setup.EtcdData, r.Setup.Baton, r.Setup.Duration, r.Setup.Loop, r.Setup.Durability, r.Setup.Names, r.Setup.Runs)
 	fmt.Fprintf(&b, "## Pinning\n\n%s.\n\n", r.Pinning.Note)
 	var procs []string
 	for p := range r.Pinning.Processes {
@@ -49,10 +49,17 @@ const method = `## Method
 
 Everything runs on this one machine, started by the harness on free loopback
 ports: one redis-server (no persistence) shared by Baton, redislock and
-redis-script; one etcd (single member; its data directory is given under Setup:
-on disk by default, as etcd is deployed, fsyncing its WAL on every write, or on
-tmpfs with ` + "`-etcd-tmpfs`" + `); Baton built from the tree, or the prebuilt
-binary ` + "`-baton-bin`" + ` names (Setup says which, and its commit).
+redis-script; one etcd (single member) with its data directory on tmpfs
+(/dev/shm), where its fsyncs cost nothing, like Redis without persistence; Baton
+built from the tree, or the prebuilt binary ` + "`-baton-bin`" + ` names (Setup says
+which, and its commit). That is the memory cell of the durability table, and
+every scenario runs on it. The uncontended scenario also runs the durable cell
+(` + "`-durability memory|durable|both`" + `, both by default): a redis-server of its own
+with ` + "`appendonly yes`" + ` and ` + "`appendfsync always`" + ` (every write fsynced before
+Redis answers), its files on disk, with a Baton of its own and redis-script on
+it; and an etcd of its own with its data on disk, as etcd is deployed (it fsyncs
+its WAL on every write). Every ratio against etcd is against etcd's best client
+style (etcd or etcd-lease) in the same cell.
 
 - **baton**: HTTP/1.1 through the ` + "`client`" + ` package: POST /v1/locks/{name},
   DELETE the lease.
@@ -63,7 +70,11 @@ binary ` + "`-baton-bin`" + ` names (Setup says which, and its commit).
   default, protected mode.
 - **etcd**: its JSON gateway with net/http: lease grant, /v3/lock/lock,
   /v3/lock/unlock, lease revoke, which is what one acquire+release costs a client
-  of that API.
+  of that API (a one-shot client).
+- **etcd-lease**: the same API as a long-lived client uses it (etcd's own
+  concurrency package keeps one session lease): each client grants one lease
+  before the warm-up and takes every lock under it, so a pair is /v3/lock/lock
+  and /v3/lock/unlock, 2 calls.
 - **redislock**: github.com/bsm/redislock in this process (Obtain, Release), same
   Redis.
 - **redis-script**: Baton's own acquire and release scripts (lua/) called from Go
@@ -76,7 +87,9 @@ Scenarios:
   time after a warm-up; latency per pair from an HdrHistogram; server CPU from
   /proc/<pid>/stat (utime+stime) of the serving side over the measured window
   (baton: its process and redis-server; etcd: its process; redislock and
-  redis-script: redis-server). ` + "`-rate`" + ` switches to open loop, latency from each
+  redis-script: redis-server). Each row also gives the median share of the
+  machine's CPU that processes not of this run took during its runs (other
+  load): the figures of a row with more than a few % are perturbed. ` + "`-rate`" + ` switches to open loop, latency from each
   pair's intended start (no coordinated omission).
 - **handoff**: a holder and N waiters queued in arrival order on one lock (baton:
   fair tickets, each long-polled, the release sent once Baton holds all N polls;
@@ -107,10 +120,13 @@ Scenarios:
   from CLIENT LIST (this program's own are named and left out), pub/sub ones
   counted apart; idle CPU of Baton over a few seconds with all N waiting.
 - **expiry_handoff**: a holder takes a short lease (baton: 200 ms; etcd: its
-  minimum lease TTL) and vanishes; a waiter waits behind it. Baton: the waiter's
-  acquired_at minus the holder's expires_at, both on the Redis clock. etcd: the
-  waiter's grant minus (the lease grant's response time + its TTL), on this
-  machine's clock.
+  minimum lease TTL) and vanishes; a waiter waits behind it. For both, on this
+  machine's clock: the waiter's answer's arrival minus (the holder's answer's
+  arrival + the TTL that answer gave). Negative figures are kept as they are
+  (never clipped; the row counts them): the holder's answer took longer to
+  arrive than the waiter's. A waiter whose answer arrived before the holder's
+  request was sent + the TTL (a lower bound of the lease end) was granted
+  during the lease: a bug, counted, and it fails the run.
 - **names**: N distinct names (` + "`order:00000000`" + ` ...) each acquired and
   released once by 16 clients (baton through HTTP, redis-script and redislock in
   process; redislock, which deletes its key on release, up to 100k names in the
@@ -126,6 +142,17 @@ Scenarios:
   active expiry has not reached, which the row reports) and the bytes hold
   still. Per name: bytes / N; in its guard: bytes / keys still counted. One run
   per system and N, no median. Keys left after the guard fail the benchmark.
+
+- **cluster** (issue 13): Baton over the one redis-server (baton) against a
+  Baton over a Redis Cluster of 3 masters without replicas (baton-cluster;
+  ` + "`redis+cluster://`" + `, every node a seed), every node pinned with the serving
+  side, on this same machine: uncontended pairs over distinct names, as in
+  uncontended, whose hash tag {name} spreads them over the masters' slots (the
+  row gives the masters the names fell on and each one's share); server CPU is
+  Baton's and every redis-server's, the cluster bus included. Then the waiters
+  scenario on a fresh Baton over the cluster: Redis connections and pub/sub ones
+  counted on every master; Baton keeps one SSUBSCRIBE connection per master, and
+  more fails the run.
 
 Each figure but names' is the median over the runs (systems interleaved within a
 run).

@@ -61,7 +61,7 @@ func runSharedAll(ctx context.Context, e *env, cfg config, res *results) error {
 		for _, s := range systems {
 			lock := fmt.Sprintf("s%d-pairs", r)
 			pair := func(ctx context.Context, _ string) error { return s.pair(ctx, lock) }
-			u, err := uncontended(ctx, target{s.system, pair, s.pids}, cfg.sharedClients, cfg.sharedWarmup, cfg.sharedDuration, 0, lock)
+			u, err := uncontended(ctx, target{system: s.system, pair: pair, pids: s.pids}, cfg.sharedClients, cfg.sharedWarmup, cfg.sharedDuration, 0, lock)
 			if err != nil {
 				return fmt.Errorf("%s pairs: %w", s.system, err)
 			}

@@ -14,46 +14,92 @@ const (
 	redislockPrefix = "rl:"
 )
 
-// targets are the systems of the uncontended scenario, in table order.
+// targets are the systems of the uncontended scenario, in table order: the
+// memory cell's, then the durable cell's (see config.durabilities).
 func (e *env) targets(ctx context.Context) ([]target, func(), error) {
 	var ts []target
 	var variants []authVariant
-	if e.cfg.wantSystem(sysBaton) {
-		ts = append(ts, target{sysBaton, batonPair(client.New(e.batonURL), 0), e.batonPIDs()})
-		if e.cfg.authCompare {
-			var err error
-			if variants, err = e.startAuthVariants(ctx); err != nil {
-				return nil, nil, err
-			}
-			for _, v := range variants {
-				c := client.New(v.url)
-				if v.key != "" {
-					c = keyClient(v.url, v.key)
-				}
-				ts = append(ts, target{v.system, batonPair(c, 0), []int{v.proc.pid(), e.redisPID}})
-			}
-		}
-	}
-	rdb := newRedisClient(e.redis.Addr())
+	var closers []func()
 	closeAll := func() {
-		rdb.Close()
+		for _, c := range closers {
+			c()
+		}
 		stopAuthVariants(variants)
 	}
-	if e.cfg.wantSystem(sysEtcd) {
-		ts = append(ts, target{sysEtcd, newEtcdClient(e.etcdURL).pair, []int{e.etcd.pid()}})
+	mem, dur := e.cfg.concurrency, e.cfg.durableConcurrency
+	if e.cfg.wantDurability(durMemory) {
+		if e.cfg.wantSystem(sysBaton) {
+			ts = append(ts, target{system: sysBaton, pair: batonPair(client.New(e.batonURL), 0), pids: e.batonPIDs()})
+			if e.cfg.authCompare {
+				var err error
+				if variants, err = e.startAuthVariants(ctx); err != nil {
+					return nil, nil, err
+				}
+				for _, v := range variants {
+					c := client.New(v.url)
+					if v.key != "" {
+						c = keyClient(v.url, v.key)
+					}
+					ts = append(ts, target{system: v.system, pair: batonPair(c, 0), pids: []int{v.proc.pid(), e.redisPID}})
+				}
+			}
+		}
+		if e.etcd != nil {
+			ts = append(ts, etcdTargets(e.cfg, e.etcdURL, e.etcd.pid())...)
+		}
+		rdb := newRedisClient(e.redis.Addr())
+		closers = append(closers, func() { rdb.Close() })
+		if e.cfg.wantSystem(sysRedislock) {
+			ts = append(ts, target{system: sysRedislock, pair: newRedislockLocker(rdb, redislockPrefix).pair, pids: []int{e.redisPID}})
+		}
+		if e.cfg.wantSystem(sysRedisScript) {
+			ts = append(ts, target{system: sysRedisScript, pair: newScriptLocker(rdb, scriptPrefix).pair, pids: []int{e.redisPID}})
+		}
+		// Load the scripts before the first measured call.
+		if err := newScriptLocker(rdb, scriptPrefix).pair(ctx, "warm"); err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		for i := range ts {
+			ts[i].durability, ts[i].concurrency = durMemory, mem
+		}
 	}
-	if e.cfg.wantSystem(sysRedislock) {
-		ts = append(ts, target{sysRedislock, newRedislockLocker(rdb, redislockPrefix).pair, []int{e.redisPID}})
-	}
-	if e.cfg.wantSystem(sysRedisScript) {
-		ts = append(ts, target{sysRedisScript, newScriptLocker(rdb, scriptPrefix).pair, []int{e.redisPID}})
-	}
-	// Load the scripts before the first measured call.
-	if err := newScriptLocker(rdb, scriptPrefix).pair(ctx, "warm"); err != nil {
-		closeAll()
-		return nil, nil, err
+	if e.cfg.wantDurability(durDurable) {
+		n := len(ts)
+		if e.batonAOF != nil && e.cfg.wantSystem(sysBaton) {
+			ts = append(ts, target{system: sysBaton, pair: batonPair(client.New(e.batonAOFURL), 0), pids: []int{e.batonAOF.pid(), e.redisAOFPID}})
+		}
+		if e.etcdDisk != nil {
+			ts = append(ts, etcdTargets(e.cfg, e.etcdDiskURL, e.etcdDisk.pid())...)
+		}
+		if e.redisAOF != nil && e.cfg.wantSystem(sysRedisScript) {
+			rdb := newRedisClient(e.redisAOF.Addr())
+			closers = append(closers, func() { rdb.Close() })
+			ts = append(ts, target{system: sysRedisScript, pair: newScriptLocker(rdb, scriptPrefix).pair, pids: []int{e.redisAOFPID}})
+			if err := newScriptLocker(rdb, scriptPrefix).pair(ctx, "warm"); err != nil {
+				closeAll()
+				return nil, nil, err
+			}
+		}
+		for i := n; i < len(ts); i++ {
+			ts[i].durability, ts[i].concurrency = durDurable, dur
+		}
 	}
 	return ts, closeAll, nil
+}
+
+// etcdTargets are etcd's two client styles on the etcd at url: one-shot (lease
+// grant, lock, unlock, revoke: 4 calls a pair) and lease-reusing (one lease per
+// client, granted before the warm-up: lock and unlock, 2 calls a pair).
+func etcdTargets(cfg config, url string, pid int) []target {
+	var ts []target
+	if cfg.wantSystem(sysEtcd) {
+		ts = append(ts, target{system: sysEtcd, pair: newEtcdClient(url).pair, pids: []int{pid}})
+	}
+	if cfg.wantSystem(sysEtcdLease) {
+		ts = append(ts, target{system: sysEtcdLease, worker: newEtcdClient(url).leaseWorker, pids: []int{pid}})
+	}
+	return ts
 }
 
 // handoffRounds are the systems of the handoff scenario. redislock is in, with a

@@ -48,32 +48,14 @@ func (r *results) table() string {
 		b.WriteString("### uncontended: acquire + release of distinct names (" + r.Setup.Loop + "; median of runs)\n\n")
 		var rows [][]string
 		for _, x := range r.Uncontended {
-			rows = append(rows, []string{x.System, fmt.Sprint(x.Concurrency), f0(x.OpsPerSec), f3(x.P50), f3(x.P99), f1(x.ServerCPU), f0(x.generatorCPU)})
+			rows = append(rows, []string{x.System, x.Durability, fmt.Sprint(x.Concurrency), f0(x.OpsPerSec), f3(x.P50), f3(x.P99), f1(x.ServerCPU), f0(x.generatorCPU), f1(x.OtherLoad)})
 		}
-		b.WriteString(mdTable([]string{"system", "concurrency", "pairs/s", "p50 ms", "p99 ms", "server CPU µs/pair", "generator CPU %"}, rows))
-		b.WriteString("\nGenerator CPU is this process's, in % of one CPU: near 100% the figure is bounded by the load generator, not the server.\n\n")
-		var rr [][]string
-		for _, c := range []int{1, 16, 64} {
-			bt, et, st := r.unc(sysBaton, c), r.unc(sysEtcd, c), r.unc(sysRedisScript, c)
-			if bt == nil {
-				continue
-			}
-			row := []string{fmt.Sprint(c), "-", "-", "-"}
-			if et != nil && et.OpsPerSec > 0 {
-				row[1] = f2(bt.OpsPerSec/et.OpsPerSec) + "x"
-			}
-			if st != nil && st.OpsPerSec > 0 {
-				row[2] = f1(100*bt.OpsPerSec/st.OpsPerSec) + "%"
-			}
-			if et != nil && et.ServerCPU > 0 {
-				row[3] = f2(bt.ServerCPU / et.ServerCPU)
-			}
-			rr = append(rr, row)
-		}
-		if len(rr) > 0 {
-			b.WriteString(mdTable([]string{"concurrency", "baton/etcd throughput", "baton/redis-script throughput", "baton/etcd server CPU per pair"}, rr))
-			b.WriteString("\n")
-		}
+		b.WriteString(mdTable([]string{"system", "durability", "concurrency", "pairs/s", "p50 ms", "p99 ms", "server CPU µs/pair", "generator CPU %", "other load %"}, rows))
+		b.WriteString("\nGenerator CPU is this process's, in % of one CPU: near 100% the figure is bounded by the load generator, not the server. " +
+			"Other load is the share of the machine's CPU (all CPUs) that processes not of this run took during the system's runs (median): " +
+			"above a few % the figures are perturbed. etcd is the one-shot client (lease grant, lock, unlock, revoke: 4 calls a pair); " +
+			"etcd-lease keeps one lease per client (lock, unlock: 2 calls a pair).\n\n")
+		b.WriteString(r.durabilityTable())
 		b.WriteString(r.authTable())
 	}
 	if len(r.Handoff) > 0 {
@@ -104,17 +86,20 @@ func (r *results) table() string {
 		b.WriteString("\n")
 	}
 	if len(r.Expiry) > 0 {
-		b.WriteString("### expiry_handoff: holder's lease end -> next grant (median of runs)\n\n")
+		b.WriteString("### expiry_handoff: holder's lease end -> next grant, on the client's clock for both (median of runs; min and counts over all runs)\n\n")
 		var rows [][]string
 		for _, x := range r.Expiry {
-			rows = append(rows, []string{x.System, fmt.Sprint(x.reps), f1(x.P50), f1(x.P99)})
+			rows = append(rows, []string{x.System, fmt.Sprint(x.reps), f1(x.P50), f1(x.P99), f1(x.Min), fmt.Sprint(x.Negative), fmt.Sprint(x.Early)})
 		}
-		b.WriteString(mdTable([]string{"system", "repetitions", "p50 ms", "p99 ms"}, rows))
-		b.WriteString("\n")
+		b.WriteString(mdTable([]string{"system", "repetitions", "p50 ms", "p99 ms", "min ms", "negative", "granted before the lease end (bugs)"}, rows))
+		b.WriteString("\nLease end = the holder's answer's arrival + the TTL it gave; grant = the waiter's answer's arrival. " +
+			"A negative figure is kept as it is (the holder's answer took longer to arrive than the waiter's); " +
+			"a waiter whose answer arrived before the holder's request was sent + the TTL was granted during the lease, a bug that fails the run.\n\n")
 	}
 	b.WriteString(r.namesTable())
+	b.WriteString(r.clusterTable())
 	b.WriteString(r.loadNote() + "\n\n")
-	issues := "issue 4; names: issue 16"
+	issues := "issue 4, against etcd's best style per durability: issue 15; names: issue 16; cluster: issue 13"
 	if len(authGoals(r)) > 0 {
 		issues += "; access control: issue 9"
 	}
@@ -127,10 +112,59 @@ func (r *results) table() string {
 	return b.String()
 }
 
+// durabilityTable is the 2x2 table of issue 15: Baton+Redis and etcd, each in
+// memory and durable, every ratio against etcd's best client style in the same
+// cell (the most pairs/s; the least server CPU per pair), and Baton against its
+// ceiling, redis-script on the same Redis.
+func (r *results) durabilityTable() string {
+	var rows [][]string
+	for _, dur := range []string{durMemory, durDurable} {
+		for _, c := range []int{1, 16, 64} {
+			bt := r.uncD(sysBaton, dur, c)
+			if bt == nil {
+				continue
+			}
+			row := []string{dur, fmt.Sprint(c), fmt.Sprintf("%s (%s)", f0(bt.OpsPerSec), f1(bt.ServerCPU)), "-", "-", "-", "-", "-", "-"}
+			loads := []string{"baton " + f1(bt.OtherLoad)}
+			if x := r.uncD(sysEtcd, dur, c); x != nil {
+				row[3] = fmt.Sprintf("%s (%s)", f0(x.OpsPerSec), f1(x.ServerCPU))
+				loads = append(loads, "etcd "+f1(x.OtherLoad))
+			}
+			if x := r.uncD(sysEtcdLease, dur, c); x != nil {
+				row[4] = fmt.Sprintf("%s (%s)", f0(x.OpsPerSec), f1(x.ServerCPU))
+				loads = append(loads, "etcd-lease "+f1(x.OtherLoad))
+			}
+			ops, cpu := r.etcdBest(dur, c)
+			if ops != nil && ops.OpsPerSec > 0 {
+				row[5] = fmt.Sprintf("%sx (vs %s)", f2(bt.OpsPerSec/ops.OpsPerSec), ops.System)
+			}
+			if cpu != nil {
+				row[6] = fmt.Sprintf("%s (vs %s)", f2(bt.ServerCPU/cpu.ServerCPU), cpu.System)
+			}
+			if x := r.uncD(sysRedisScript, dur, c); x != nil && x.OpsPerSec > 0 {
+				row[7] = f1(100*bt.OpsPerSec/x.OpsPerSec) + "%"
+				loads = append(loads, "redis-script "+f1(x.OtherLoad))
+			}
+			row[8] = strings.Join(loads, ", ")
+			rows = append(rows, row)
+		}
+	}
+	if len(rows) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("### durability: Baton+Redis and etcd, each in memory and durable; ratios against etcd's best client style of the same durability\n\n")
+	b.WriteString("memory: Redis without persistence, etcd's data on tmpfs; durable: Redis with appendonly yes and appendfsync always, etcd's data on disk. " +
+		"Cells are pairs/s (server CPU µs per pair: Baton and its redis-server; etcd's process). Other load: each system's, in % of the machine's CPU.\n\n")
+	b.WriteString(mdTable([]string{"durability", "concurrency", "baton", "etcd (4 calls)", "etcd-lease (2 calls)", "baton / best etcd pairs/s", "baton / best etcd CPU per pair", "baton / redis-script pairs/s", "other load %"}, rows))
+	b.WriteString("\n")
+	return b.String()
+}
+
 // loadNote says how much other processes used the machine while this ran.
 func (r *results) loadNote() string {
 	var by []string
-	for _, sc := range []string{"uncontended", "handoff", "shared", "waiters", "expiry_handoff", "names"} {
+	for _, sc := range []string{"uncontended", "handoff", "shared", "waiters", "expiry_handoff", "names", "cluster"} {
 		if v, ok := r.Load.Scenarios[sc]; ok {
 			by = append(by, fmt.Sprintf("%s %.1f%%", sc, v))
 		}

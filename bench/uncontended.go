@@ -20,6 +20,15 @@ type target struct {
 	system string
 	pair   pairFunc
 	pids   []int // the serving side, whose CPU is counted
+
+	// worker, when set, replaces pair: each worker calls it once, before the
+	// warm-up, for a pair of its own (a client that keeps state across pairs,
+	// such as etcd's lease-reusing one), and calls done when the run ends.
+	worker func(ctx context.Context) (pair pairFunc, done func(), err error)
+	// durability is the cell of the 2x2 durability table: memory or durable.
+	durability string
+	// concurrency are the concurrencies it runs at
+	concurrency []int
 }
 
 // uncRun is one run's figures.
@@ -74,6 +83,17 @@ func uncontended(ctx context.Context, t target, c int, warmup, duration time.Dur
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			pair := t.pair
+			if t.worker != nil {
+				p, done, err := t.worker(runCtx)
+				if err != nil {
+					errs.Add(1)
+					errOnce.Do(func() { firstErr = err })
+					return
+				}
+				defer done()
+				pair = p
+			}
 			name := make([]byte, 0, 64)
 			prefix := tag + "-" + strconv.Itoa(w) + "-"
 			for i := 0; runCtx.Err() == nil; i++ {
@@ -93,7 +113,7 @@ func uncontended(ctx context.Context, t target, c int, warmup, duration time.Dur
 					}
 				}
 				name = strconv.AppendInt(append(name[:0], prefix...), int64(i), 10)
-				err := t.pair(runCtx, string(name))
+				err := pair(runCtx, string(name))
 				done := time.Now()
 				if err != nil {
 					if runCtx.Err() != nil {
@@ -139,9 +159,10 @@ func uncontended(ctx context.Context, t target, c int, warmup, duration time.Dur
 	return r, nil
 }
 
-// runUncontendedAll measures every system at every concurrency, runs times, the
-// systems interleaved within each run so that drift over the run treats them alike,
-// and keeps the median of each figure.
+// runUncontendedAll measures every system at every concurrency of its
+// durability cell, runs times, the systems interleaved within each run so that
+// drift over the run treats them alike, and keeps the median of each figure,
+// and of the share of the machine's CPU other processes took meanwhile.
 func runUncontendedAll(ctx context.Context, e *env, cfg config, res *results) error {
 	targets, closeTargets, err := e.targets(ctx)
 	if err != nil {
@@ -149,32 +170,37 @@ func runUncontendedAll(ctx context.Context, e *env, cfg config, res *results) er
 	}
 	defer closeTargets()
 	type key struct {
-		sys string
-		c   int
+		sys, dur string
+		c        int
 	}
 	runs := map[key][]uncRun{}
+	loads := map[key][]float64{}
 	for r := range cfg.runs {
 		for _, t := range targets {
-			for _, c := range cfg.concurrency {
-				tag := fmt.Sprintf("u%d-c%d", r, c)
+			for _, c := range t.concurrency {
+				tag := fmt.Sprintf("u%d-%s-c%d", r, t.durability, c)
+				m := e.mark()
 				u, err := uncontended(ctx, t, c, cfg.warmup, cfg.duration, cfg.rate, tag)
 				if err != nil {
-					return err
+					return fmt.Errorf("%s (%s): %w", t.system, t.durability, err)
 				}
-				k := key{t.system, c}
+				other := e.otherLoad(m, e.mark())
+				k := key{t.system, t.durability, c}
 				runs[k] = append(runs[k], u)
+				loads[k] = append(loads[k], other)
 				extra := ""
 				if u.errors > 0 {
 					extra = fmt.Sprintf("  (%d errors, first: %v)", u.errors, u.firstErr)
 				}
-				fmt.Printf("uncontended run %d/%d %-12s c=%-3d %8.0f pairs/s  p50 %6.2f ms  p99 %6.2f ms  server %6.1f µs/pair  generator CPU %3.0f%%%s\n",
-					r+1, cfg.runs, t.system, c, u.ops, u.p50, u.p99, u.cpuPerOp, u.genCPU, extra)
+				fmt.Printf("uncontended run %d/%d %-12s %-7s c=%-3d %8.0f pairs/s  p50 %6.2f ms  p99 %6.2f ms  server %6.1f µs/pair  generator CPU %3.0f%%  other_load %4.1f%%%s\n",
+					r+1, cfg.runs, t.system, t.durability, c, u.ops, u.p50, u.p99, u.cpuPerOp, u.genCPU, other, extra)
 			}
 		}
 	}
 	for _, t := range targets {
-		for _, c := range cfg.concurrency {
-			rs := runs[key{t.system, c}]
+		for _, c := range t.concurrency {
+			k := key{t.system, t.durability, c}
+			rs := runs[k]
 			pick := func(f func(uncRun) float64) float64 {
 				xs := make([]float64, len(rs))
 				for i, u := range rs {
@@ -183,16 +209,17 @@ func runUncontendedAll(ctx context.Context, e *env, cfg config, res *results) er
 				return median(xs)
 			}
 			row := uncontendedRow{
-				Scenario: "uncontended", System: t.system, Concurrency: c,
+				Scenario: "uncontended", System: t.system, Durability: t.durability, Concurrency: c,
 				OpsPerSec:    round(pick(func(u uncRun) float64 { return u.ops }), 0),
 				P50:          round(pick(func(u uncRun) float64 { return u.p50 }), 3),
 				P99:          round(pick(func(u uncRun) float64 { return u.p99 }), 3),
 				ServerCPU:    round(pick(func(u uncRun) float64 { return u.cpuPerOp }), 1),
+				OtherLoad:    round(median(loads[k]), 1),
 				generatorCPU: pick(func(u uncRun) float64 { return u.genCPU }),
 			}
 			res.Uncontended = append(res.Uncontended, row)
-			fmt.Printf("uncontended %-12s c=%-3d median of %d: %8.0f pairs/s  p50 %6.2f ms  p99 %6.2f ms  server %6.1f µs/pair\n",
-				t.system, c, len(rs), row.OpsPerSec, row.P50, row.P99, row.ServerCPU)
+			fmt.Printf("uncontended %-12s %-7s c=%-3d median of %d: %8.0f pairs/s  p50 %6.2f ms  p99 %6.2f ms  server %6.1f µs/pair  other_load %4.1f%%\n",
+				t.system, t.durability, c, len(rs), row.OpsPerSec, row.P50, row.P99, row.ServerCPU, row.OtherLoad)
 		}
 	}
 	return nil

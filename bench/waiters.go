@@ -38,7 +38,7 @@ func runWaitersAll(ctx context.Context, e *env, cfg config, res *results) (err e
 		}
 	}()
 	for _, n := range levels {
-		row, err := waitersLevel(ctx, e, cfg, n)
+		row, err := waitersLevel(ctx, e, cfg, n, nil, []string{e.redis.Addr()})
 		if err != nil {
 			return fmt.Errorf("%d waiters: %w", n, err)
 		}
@@ -90,14 +90,15 @@ func memAvailable() int64 {
 }
 
 // waitersLevel starts a Baton, holds waiterLocks locks, opens n non-fair acquires
-// waiting up to 10 minutes behind them (each on its own connection), and measures
-// waitersLevel starts a Baton, holds waiterLocks locks, opens n non-fair acquires
 // waiting up to 10 minutes behind them (each on its own connection, held by
 // helper processes), and measures Baton while they all wait. n is lowered to what
 // the Baton process's open-file limit leaves room for; the row says what ran.
-func waitersLevel(ctx context.Context, e *env, cfg config, n int) (waitersRow, error) {
+// batonEnv is more environment for that Baton (the cluster scenario points it at
+// a cluster), and redisAddrs the Redis servers whose connections are counted
+// (every master of a cluster).
+func waitersLevel(ctx context.Context, e *env, cfg config, n int, batonEnv, redisAddrs []string) (waitersRow, error) {
 	row := waitersRow{Scenario: "waiters", System: sysBaton}
-	p, base, err := e.startBaton(ctx)
+	p, base, err := e.startBaton(ctx, batonEnv...)
 	if err != nil {
 		return row, err
 	}
@@ -150,9 +151,13 @@ func waitersLevel(ctx context.Context, e *env, cfg config, n int) (waitersRow, e
 	if err := helpersFailed(hs); err != nil {
 		return row, err
 	}
-	all, pubsub, err := foreignRedisClients(ctx, e.redis.Addr())
-	if err != nil {
-		return row, err
+	var all, pubsub int
+	for _, addr := range redisAddrs {
+		a, ps, err := foreignRedisClients(ctx, addr)
+		if err != nil {
+			return row, err
+		}
+		all, pubsub = all+a, pubsub+ps
 	}
 	row.RSSPerWaiter = round(float64(rss1-rss0)/float64(n), 0)
 	row.RedisConns, row.PubSubConns = all, pubsub
