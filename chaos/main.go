@@ -7,6 +7,8 @@
 // renewing and write on, waiters that stop polling, clients that hang up in the
 // middle of a request, locks taken the moment a lease runs out) and of watchers
 // (long-polls of a lock's state), while it injects its fault again and again.
+// Every Baton runs in keys mode, and every request carries the key of one of a
+// few principals with different grants (auth.go); a 401 or 403 is a violation.
 // Every request is recorded; each lock's history is then checked with porcupine
 // against a model of a fenced, reentrant lock with expiring leases (chaos/check),
 // and every holder's writes go through a fenced resource that counts the stale

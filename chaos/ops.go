@@ -21,6 +21,7 @@ type tally struct {
 	requests atomic.Int64
 	answered atomic.Int64 // answered with a status below 500
 	hungUp   atomic.Int64 // given up by their client before the answer: in neither of the above
+	refused  refusals     // 401s and 403s (auth.go)
 }
 
 // classify reads an operation's error: its outcome for the checker, and whether
@@ -54,8 +55,9 @@ func classify(err error) (check.Outcome, bool) {
 // caller makes one worker's requests and records each as an operation.
 type caller struct {
 	id    int
-	cls   []*client.Client
-	bases []string // the Baton processes' base URLs, in the order of cls
+	cls   []*client.Client // its principal's, one per Baton process
+	bases []string         // the Baton processes' base URLs, in the order of cls
+	key   string           // its principal's key, for the hangers' own clients
 	rec   *check.Recorder
 	tal   *tally
 	pick  func() int // which Baton process the next request goes to
@@ -80,6 +82,7 @@ func (c *caller) finish(o *check.Op, err error, h *hanger) {
 	}
 	if err != nil {
 		o.Detail = err.Error()
+		c.tal.refused.note(err, true)
 	}
 	if h != nil {
 		o.HungUp, o.HungAt = h.hungUp()
@@ -111,7 +114,7 @@ func (c *caller) start(kind check.Kind, name string, hang func(*hanger)) (check.
 	op := check.Op{Client: c.id, Lock: name, Kind: kind, Server: i}
 	cl, h := c.cls[i], (*hanger)(nil)
 	if hang != nil {
-		h = newHanger(c.bases[i])
+		h = newHanger(c.bases[i], c.key)
 		cl = h.cl
 		hang(h)
 	}

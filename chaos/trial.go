@@ -131,14 +131,15 @@ func runScenario(ctx context.Context, cfg *config, sc scenario, bin, dir string)
 	}
 	env := append([]string{"BATON_TICKET_TTL=" + cfg.ticketTTL.String(), "BATON_FENCE_GUARD=" + cfg.fenceGuard.String()},
 		sc.batonEnv...)
-	top, err := startTopology(dir, bin, 2, sc.redisArgs, env, sc.proxied)
+	top, err := startTopology(dir, bin, topoOptions{batons: 2, redisArgs: sc.redisArgs, env: env, proxied: sc.proxied, scope: sc.name})
 	if err != nil {
 		return row{}, err
 	}
 	defer top.stop()
 	r := &trial{cfg: cfg, top: top, res: map[string]*check.Resource{},
 		rng: rand.New(rand.NewPCG(cfg.seed, uint64(1<<32)))}
-	r.caller = caller{id: -2, cls: top.cls, bases: top.bases, rec: &r.rec, tal: &r.tal, pick: func() int { return 0 }}
+	r.caller = caller{id: -2, cls: top.cls, bases: top.bases, key: top.keys[runnerPrincipal], rec: &r.rec, tal: &r.tal,
+		pick: func() int { return 0 }}
 	for i := range cfg.locks {
 		name := sc.name + "-" + strconv.Itoa(i)
 		r.locks = append(r.locks, name)
@@ -162,6 +163,10 @@ func runScenario(ctx context.Context, cfg *config, sc scenario, bin, dir string)
 		out.details = append(out.details, "did not recover: "+e)
 	}
 	out.details = append(out.details, r.notes...)
+	if n := int(r.tal.refused.outside.Load()); n > 0 {
+		out.violations += n
+		out.details = append(out.details, "legitimate requests refused: "+r.tal.refused.String())
+	}
 	if err := r.checkKeys(ctx, &out); err != nil {
 		return row{}, fmt.Errorf("%s: leak check: %w", sc.name, err)
 	}
@@ -182,7 +187,7 @@ func (r *trial) drive(ctx context.Context, sc scenario) error {
 		go func() { defer wg.Done(); w.run(wctx) }()
 	}
 	for i := range r.cfg.watchers {
-		w := newWatcher(r.cfg.clients+i, r.cfg, r.top.cls, &r.rec, &r.tal, append(r.locks[:len(r.locks):len(r.locks)], r.race...))
+		w := newWatcher(r.cfg.clients+i, r.cfg, r.top.clientsOf(watchPrincipal), &r.rec, &r.tal, append(r.locks[:len(r.locks):len(r.locks)], r.race...))
 		wg.Add(1)
 		go func() { defer wg.Done(); w.run(wctx) }()
 	}
@@ -274,10 +279,10 @@ func (r *trial) judge(out *row, dir string, samples []check.Sample, stalls []che
 	out.summary = fmt.Sprintf("%d faults (%d with data loss), %d grants, %d outcomes unknown (%d hung up), %d writes accepted; "+
 		"porcupine checked %d operations over %d locks in %v; %d holds nobody knew of, %d orphans; "+
 		"%d hung-up requests answered with a grant; "+
-		"%d watches judged (%d late only by the runner's own stalls, %d excused by faults, %d errors); the runner stalled %d times, %v in all",
+		"%d watches judged (%d late only by the runner's own stalls, %d excused by faults, %d errors); %s; the runner stalled %d times, %v in all",
 		r.faults, losses, grants, unknown, out.hungUp, writes, res.Checked, res.Locks, took.Round(time.Millisecond),
 		out.orphans.Unknown, out.orphans.Count(), out.orphans.Answered, out.watches.Judged, out.watches.Stalled, out.watches.Excused, out.watches.Errors,
-		len(stalls), total(stalls).Round(time.Millisecond))
+		&r.tal.refused, len(stalls), total(stalls).Round(time.Millisecond))
 	if r.cfg.keep || out.violations > 0 || out.staleAccepted > 0 || out.inconclusive > 0 || out.orphans.Count() > 0 {
 		p := filepath.Join(dir, "history.txt")
 		if err := writeHistory(p, ops); err == nil {

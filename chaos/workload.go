@@ -38,8 +38,12 @@ func newWorker(id int, r *trial) *worker {
 	cfg := r.cfg
 	w := &worker{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.seed, uint64(id))), locks: r.locks, race: r.race, res: r.res,
 		ops: new(atomic.Int64)}
-	cls := r.top.cls
-	w.caller = caller{id: id, cls: cls, bases: r.top.bases, rec: &r.rec, tal: &r.tal, pick: func() int {
+	p := appA // the workers alternate between the two tenants
+	if id%2 == 1 {
+		p = appB
+	}
+	cls := r.top.clientsOf(p)
+	w.caller = caller{id: id, cls: cls, bases: r.top.bases, key: r.top.keys[p], rec: &r.rec, tal: &r.tal, pick: func() int {
 		w.ops.Add(1)
 		return w.rng.IntN(len(cls))
 	}}
