@@ -20,7 +20,8 @@ deps:
 # ext-curl and Symfony Lock (neither has a command: clients/php/tools/need-php.sh);
 # the dashboard's browser test (ui/) drives Debian's chromium headless; deploy/'s
 # tests run promtool (Debian's prometheus package) over the alert rules, their
-# unit tests and the Grafana dashboard's queries.
+# unit tests and the Grafana dashboard's queries, and HAProxy (haproxy.cfg) in
+# front of three Batons restarted in turn.
 tools-test:
 	@scripts/need.sh redis-server redis-server
 	@scripts/need.sh redis-sentinel redis-sentinel
@@ -33,6 +34,7 @@ tools-test:
 	@clients/php/tools/need-php.sh 'is_file("/usr/share/php/Symfony/Component/Lock/LockFactory.php")' php-symfony-lock
 	@scripts/need.sh chromium chromium
 	@scripts/need.sh promtool prometheus
+	@scripts/need.sh haproxy haproxy
 
 test: deps tools-test lint
 	$(GO) test -race -count=1 -timeout 15m ./...

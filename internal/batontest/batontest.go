@@ -36,6 +36,9 @@ type Keys struct {
 type Options struct {
 	Keys bool     // keys mode (else protected mode: loopback clients may do everything)
 	Env  []string // more BATON_* settings, e.g. "BATON_TICKET_TTL=2s"
+	// Redis, when set, is the redis-server to use instead of one of its own:
+	// several Servers on one Redis are replicas of one deployment.
+	Redis *redistest.Server
 }
 
 // Server is one Baton process and its redis-server.
@@ -87,7 +90,10 @@ func Start(t testing.TB, o Options) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{t: t, Redis: redistest.Start(t)}
+	s := &Server{t: t, Redis: o.Redis}
+	if s.Redis == nil {
+		s.Redis = redistest.Start(t)
+	}
 	port, err := redistest.FreePort()
 	if err != nil {
 		t.Fatal(err)
