@@ -3,17 +3,19 @@
 //
 // Each scenario starts a fresh redis-server and two Baton processes built from
 // this tree, on free loopback ports, and runs a workload of concurrent clients
-// (fair and non-fair acquires, re-entries, renewals, releases, holders that stop
-// renewing and write on, waiters that stop polling, clients that hang up in the
-// middle of a request, locks taken the moment a lease runs out) and of watchers
+// (fair and non-fair acquires, exclusive and shared, re-entries, renewals,
+// releases, holders that stop renewing and write on, waiters that stop polling,
+// clients that hang up in the middle of a request, locks taken the moment a
+// lease runs out) and of watchers
 // (long-polls of a lock's state), while it injects its fault again and again.
 // Every Baton runs in keys mode, and every request carries the key of one of a
 // few principals with different grants (auth.go); a 401 or 403 is a violation.
 // Every request is recorded; each lock's history is then checked with porcupine
-// against a model of a fenced, reentrant lock with expiring leases (chaos/check),
-// and every holder's writes go through a fenced resource that counts the stale
-// writes it rejected and any it should not have accepted. A sampler reads the
-// lock hashes in Redis every 50 ms (sampler.go), so that holds no client was told
+// against a model of a fenced, reentrant lock with expiring leases and shared
+// holds (chaos/check), and every exclusive holder's writes go through a fenced
+// resource that counts the stale writes it rejected and any it should not have
+// accepted. A sampler reads the locks' holds in Redis every 50 ms (sampler.go),
+// so that holds no client was told
 // of can be timed: none may outlive the ticket ttl (check.Orphans); and every
 // watch must have returned within 50 ms of its lock changing hands
 // (check.Watches). After the workload Redis must hold no hold, ticket or queue

@@ -77,7 +77,8 @@ func (c caller) on(i int, count func()) caller {
 func (c *caller) finish(o *check.Op, err error, h *hanger) {
 	o.Return = time.Now()
 	out, answered := classify(err)
-	if err != nil || o.Outcome != check.Queued { // a 202 is set by the caller
+	// A 202, and an answer the caller found outside the contract, are set by the caller.
+	if err != nil || (o.Outcome != check.Queued && o.Outcome != check.Invalid) {
 		o.Outcome = out
 	}
 	if err != nil {
@@ -99,8 +100,15 @@ func (c *caller) finish(o *check.Op, err error, h *hanger) {
 	c.rec.Add(*o)
 }
 
-func leaseFields(o *check.Op, l *client.Lease) {
+// leaseFields records a lease answer. An answer whose mode is not the one
+// asked for (want: exclusive or shared) is outside the contract.
+func leaseFields(o *check.Op, l *client.Lease, want bool) {
 	o.Lease, o.Fence, o.Count, o.ExpiresAt, o.AcquiredAt = l.ID, l.Fence, l.Count, l.ExpiresAt, l.AcquiredAt
+	o.Shared, o.Limit = l.Shared, l.Limit
+	if l.Shared != want {
+		o.Outcome = check.Invalid
+		o.Detail = fmt.Sprintf("asked for shared=%v, answered shared=%v", want, l.Shared)
+	}
 }
 
 func (c *caller) ctx(wait time.Duration) (context.Context, context.CancelFunc) {
@@ -135,7 +143,7 @@ func (c *caller) acquireHanging(name string, o client.AcquireOptions, hang func(
 	if h != nil {
 		defer h.close()
 	}
-	op.TTL, op.Owner = o.TTL, o.Owner
+	op.TTL, op.Owner, op.Shared, op.Limit = o.TTL, o.Owner, o.Shared, o.Limit
 	ctx, cancel := c.ctx(o.Wait)
 	defer cancel()
 	res, err := cl.Acquire(ctx, name, o)
@@ -143,7 +151,7 @@ func (c *caller) acquireHanging(name string, o client.AcquireOptions, hang func(
 	case err == nil && res.Ticket != nil:
 		op.Ticket, op.Outcome = res.Ticket.ID, check.Queued
 	case err == nil:
-		leaseFields(&op, res.Lease)
+		leaseFields(&op, res.Lease, o.Shared)
 	}
 	c.finish(&op, err, h)
 	return res, op
@@ -151,9 +159,10 @@ func (c *caller) acquireHanging(name string, o client.AcquireOptions, hang func(
 
 // ticket is a fair waiter's ticket, as its polls need it.
 type ticket struct {
-	id    string
-	owner string    // the label of the acquire that queued it
-	asked time.Time // when that acquire was called
+	id     string
+	owner  string    // the label of the acquire that queued it
+	asked  time.Time // when that acquire was called
+	shared bool      // it asked for a shared hold
 }
 
 // poll long-polls a ticket.
@@ -173,7 +182,7 @@ func (c *caller) pollHanging(name string, t ticket, wait time.Duration, hang fun
 	res, err := cl.Poll(ctx, name, t.id, wait)
 	switch {
 	case err == nil && res.Lease != nil:
-		leaseFields(&op, res.Lease)
+		leaseFields(&op, res.Lease, t.shared)
 	case err == nil && res.Ticket != nil:
 		op.Outcome = check.Queued
 	}
@@ -189,43 +198,44 @@ func (c *caller) cancel(name string, t ticket) {
 	c.finish(&op, cl.Cancel(ctx, name, t.id), nil)
 }
 
-// reenter adds a hold to a lease.
-func (c *caller) reenter(name, lease string, ttl time.Duration) (*client.Lease, check.Op) {
+// reenter adds a hold to a lease; a shared hold's re-entry says so (API.md:
+// a re-entry must match the hold's mode).
+func (c *caller) reenter(name, lease string, ttl time.Duration, shared bool) (*client.Lease, check.Op) {
 	op, cl, _ := c.start(check.Reenter, name, nil)
 	op.Lease, op.TTL = lease, ttl
 	ctx, cancel := c.ctx(0)
 	defer cancel()
-	res, err := cl.Acquire(ctx, name, client.AcquireOptions{Lease: lease, TTL: ttl})
+	res, err := cl.Acquire(ctx, name, client.AcquireOptions{Lease: lease, TTL: ttl, Shared: shared})
 	var l *client.Lease
 	if err == nil {
 		l = res.Lease
-		leaseFields(&op, l)
+		leaseFields(&op, l, shared)
 	}
 	c.finish(&op, err, nil)
 	return l, op
 }
 
-func (c *caller) renew(name, lease string, ttl time.Duration) (*client.Lease, check.Op) {
+func (c *caller) renew(name, lease string, ttl time.Duration, shared bool) (*client.Lease, check.Op) {
 	op, cl, _ := c.start(check.Renew, name, nil)
 	op.Lease, op.TTL = lease, ttl
 	ctx, cancel := c.ctx(0)
 	defer cancel()
 	l, err := cl.Renew(ctx, name, lease, ttl)
 	if err == nil {
-		leaseFields(&op, l)
+		leaseFields(&op, l, shared)
 	}
 	c.finish(&op, err, nil)
 	return l, op
 }
 
-func (c *caller) get(name, lease string) (*client.Lease, check.Op) {
+func (c *caller) get(name, lease string, shared bool) (*client.Lease, check.Op) {
 	op, cl, _ := c.start(check.Get, name, nil)
 	op.Lease = lease
 	ctx, cancel := c.ctx(0)
 	defer cancel()
 	l, err := cl.Lease(ctx, name, lease)
 	if err == nil {
-		leaseFields(&op, l)
+		leaseFields(&op, l, shared)
 	}
 	c.finish(&op, err, nil)
 	return l, op

@@ -23,6 +23,7 @@ type trial struct {
 	locks  []string                   // the workload's
 	race   []string                   // the races' (worker.race)
 	res    map[string]*check.Resource // one per lock
+	modes  map[string]lockMode        // the locks that take shared holds (workload.go)
 	probes int
 
 	samp   *sampler
@@ -145,6 +146,7 @@ func runScenario(ctx context.Context, cfg *config, sc scenario, bin, dir string)
 		r.locks = append(r.locks, name)
 		r.res[name] = &check.Resource{}
 	}
+	r.modes = lockModes(r.locks)
 	for i := range raceLocks {
 		r.race = append(r.race, sc.name+"-race-"+strconv.Itoa(i))
 	}
@@ -210,7 +212,7 @@ func (r *trial) drive(ctx context.Context, sc scenario) error {
 // the resources into out.
 func (r *trial) judge(out *row, dir string, samples []check.Sample, stalls []check.Span) {
 	ops := r.rec.Ops()
-	grants, unknown, losses := 0, 0, 0
+	grants, shared, unknown, losses := 0, 0, 0, 0
 	for _, o := range ops {
 		switch {
 		case o.Kind == check.Loss:
@@ -223,6 +225,9 @@ func (r *trial) judge(out *row, dir string, samples []check.Sample, stalls []che
 			out.details = append(out.details, "answer outside the contract: "+o.String())
 		case o.Outcome == check.OK && (o.Kind == check.Acquire || o.Kind == check.Poll):
 			grants++
+			if o.Shared {
+				shared++
+			}
 		}
 		out.ops++
 	}
@@ -276,11 +281,11 @@ func (r *trial) judge(out *row, dir string, samples []check.Sample, stalls []che
 		out.details = append(out.details, l.String())
 	}
 	out.violations += len(out.watches.Late)
-	out.summary = fmt.Sprintf("%d faults (%d with data loss), %d grants, %d outcomes unknown (%d hung up), %d writes accepted; "+
+	out.summary = fmt.Sprintf("%d faults (%d with data loss), %d grants (%d shared), %d outcomes unknown (%d hung up), %d writes accepted; "+
 		"porcupine checked %d operations over %d locks in %v; %d holds nobody knew of, %d orphans; "+
 		"%d hung-up requests answered with a grant; "+
 		"%d watches judged (%d late only by the runner's own stalls, %d excused by faults, %d errors); %s; the runner stalled %d times, %v in all",
-		r.faults, losses, grants, unknown, out.hungUp, writes, res.Checked, res.Locks, took.Round(time.Millisecond),
+		r.faults, losses, grants, shared, unknown, out.hungUp, writes, res.Checked, res.Locks, took.Round(time.Millisecond),
 		out.orphans.Unknown, out.orphans.Count(), out.orphans.Answered, out.watches.Judged, out.watches.Stalled, out.watches.Excused, out.watches.Errors,
 		&r.tal.refused, len(stalls), total(stalls).Round(time.Millisecond))
 	if r.cfg.keep || out.violations > 0 || out.staleAccepted > 0 || out.inconclusive > 0 || out.orphans.Count() > 0 {
@@ -342,8 +347,12 @@ func writeSamples(path string, samples []check.Sample) error {
 	}
 	for _, s := range samples {
 		if s.Held {
-			fmt.Fprintf(f, "%s %-14s fence=%d owner=%s granted=%s pttl=%v (read by %s)\n", s.Sent.Format("15:04:05.000000"),
-				s.Lock, s.Fence, s.Owner, s.GrantedAt.Format("15:04:05.000"), s.PTTL, s.Got.Format("15:04:05.000000"))
+			mode := "exclusive"
+			if s.Shared {
+				mode = "shared"
+			}
+			fmt.Fprintf(f, "%s %-14s fence=%d %s owner=%s granted=%s pttl=%v (read by %s)\n", s.Sent.Format("15:04:05.000000"),
+				s.Lock, s.Fence, mode, s.Owner, s.GrantedAt.Format("15:04:05.000"), s.PTTL, s.Got.Format("15:04:05.000000"))
 		}
 	}
 	return f.Close()

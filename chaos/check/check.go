@@ -139,7 +139,8 @@ func operations(ops []Op, base time.Time) []porcupine.Operation {
 	h := make([]porcupine.Operation, 0, len(ops))
 	for i, o := range ops {
 		in := &input{kind: o.Kind, outcome: o.Outcome, lease: o.Lease, fence: o.Fence, count: o.Count,
-			released: o.Released, call: us(o.Call), ret: us(o.Return), ttl: o.TTL.Microseconds(), idx: i}
+			released: o.Released, shared: o.Shared, limit: o.Limit, call: us(o.Call), ret: us(o.Return),
+			ttl: o.TTL.Microseconds(), idx: i}
 		if !o.ExpiresAt.IsZero() {
 			in.expires = us(o.ExpiresAt)
 		}

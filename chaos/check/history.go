@@ -1,6 +1,7 @@
 // Package check records what clients of Baton did and saw, and checks it: each
 // lock's history against a porcupine model of a fenced, reentrant lock with
-// leases that expire, and every holder's writes against a fenced resource.
+// leases that expire and shared holds (read-write locks, semaphores), and every
+// exclusive holder's writes against a fenced resource.
 //
 // Times are wall-clock readings (time.Now) of the test process. Redis keeps lease
 // time on the same machine's wall clock (PEXPIRE, TIME), so a lease's expires_at
@@ -75,12 +76,16 @@ func (o Outcome) String() string { return outcomeNames[o] }
 
 // Op is one operation of a history.
 type Op struct {
-	Client  int
-	Lock    string
-	Kind    Kind
-	Lease   string        // the lease the operation names, or the one it was granted
-	Ticket  string        // Poll and Cancel: the ticket; a fair Acquire: the ticket it got
-	TTL     time.Duration // the ttl asked for (Acquire, Reenter, Renew)
+	Client int
+	Lock   string
+	Kind   Kind
+	Lease  string        // the lease the operation names, or the one it was granted
+	Ticket string        // Poll and Cancel: the ticket; a fair Acquire: the ticket it got
+	TTL    time.Duration // the ttl asked for (Acquire, Reenter, Renew)
+	// Shared is, for an Acquire, whether it asked for a shared hold, under
+	// Limit (0: none); for a lease answer, the hold's mode as answered.
+	Shared  bool
+	Limit   int
 	Wait    time.Duration // the wait asked for (Watch)
 	Call    time.Time
 	Return  time.Time
@@ -122,6 +127,9 @@ func (o Op) String() string {
 	}
 	if o.Owner != "" {
 		fmt.Fprintf(&b, " owner=%s", o.Owner)
+	}
+	if o.Shared {
+		fmt.Fprintf(&b, " shared limit=%d", o.Limit)
 	}
 	if o.Lease != "" {
 		fmt.Fprintf(&b, " lease=%s", short(o.Lease))
