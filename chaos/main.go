@@ -36,7 +36,9 @@
 // 500 (requests whose client hung up are not counted); orphan holds: holds no
 // client was told of that lasted longer than the ticket ttl (of those seen, and
 // the longest any lasted); the watches' lag behind the change they waited for
-// (p99, worst, and how many were late, of those judged); and the time from the
+// (p99, worst, and how many were late, of those judged); the acquires with an
+// Idempotency-Key (how many, retried after a lost answer, answered as replays,
+// and those that made a second hold, which are violations); and the time from the
 // end of each fault (the killed process started again; a killed connection at
 // once) until a lock is handed over between the two Baton processes, both ways,
 // within a second.
@@ -74,6 +76,9 @@ type config struct {
 	fenceGuard     time.Duration // BATON_FENCE_GUARD
 	hangUps        float64       // the share of a worker's cycles in which it hangs up (hangup.go)
 	expiryRaces    float64       // the share in which it takes a lock at the moment its lease runs out (expiry.go)
+	keyed          float64       // the share of its acquires that carry an Idempotency-Key (workload.go)
+	replays        float64       // the share of those it sends again after an answer, and after the hold ended
+	idemGrace      time.Duration // BATON_IDEMPOTENCY_GRACE
 
 	watchers   int           // clients that only watch (watcher.go)
 	maxWatch   time.Duration // the longest wait_ms of a watch
@@ -95,6 +100,7 @@ func quickConfig() config {
 		minTTL: 200 * time.Millisecond, maxTTL: 800 * time.Millisecond, longTTL: 4 * time.Second,
 		maxWait: 800 * time.Millisecond, maxPoll: 800 * time.Millisecond, ticketTTL: time.Second,
 		fenceGuard: 2 * time.Second, hangUps: 0.12, expiryRaces: 0.03,
+		keyed: 0.4, replays: 0.3, idemGrace: time.Second,
 		watchers: 6, maxWatch: 1500 * time.Millisecond, watchSlack: 50 * time.Millisecond,
 		pubsubEvery: time.Second, redisEvery: 3 * time.Second, batonEvery: 3 * time.Second,
 		down: 300 * time.Millisecond, freezeMin: 3 * time.Second, freezeMax: 5 * time.Second,

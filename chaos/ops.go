@@ -43,6 +43,8 @@ func classify(err error) (check.Outcome, bool) {
 			return check.Gone, true
 		case p.Status == http.StatusTooManyRequests:
 			return check.Unknown, true
+		case errors.Is(err, client.ErrIdempotencyKeyUsed):
+			return check.Used, true
 		}
 		return check.Invalid, true
 	}
@@ -139,14 +141,30 @@ func (c *caller) acquire(name string, o client.AcquireOptions) (*client.AcquireR
 // request's hanger as the request starts, to arrange the hang-up (nil: a client
 // that does not).
 func (c *caller) acquireHanging(name string, o client.AcquireOptions, hang func(*hanger)) (*client.AcquireResult, check.Op) {
+	return c.acquireTry(name, o, hang, 1, time.Time{})
+}
+
+// acquireTry is try number try of an acquire; a try after the first (of one
+// Idempotency-Key) names when the first was called (first).
+func (c *caller) acquireTry(name string, o client.AcquireOptions, hang func(*hanger), try int,
+	first time.Time) (*client.AcquireResult, check.Op) {
 	op, cl, h := c.start(check.Acquire, name, hang)
 	if h != nil {
 		defer h.close()
 	}
 	op.TTL, op.Owner, op.Shared, op.Limit = o.TTL, o.Owner, o.Shared, o.Limit
+	if o.IdempotencyKey != "" {
+		op.IdemKey, op.Try = o.IdempotencyKey, try
+		if try > 1 {
+			op.TicketCall = first
+		}
+	}
 	ctx, cancel := c.ctx(o.Wait)
 	defer cancel()
 	res, err := cl.Acquire(ctx, name, o)
+	if err == nil {
+		op.Replayed = res.Replayed
+	}
 	switch {
 	case err == nil && res.Ticket != nil:
 		op.Ticket, op.Outcome = res.Ticket.ID, check.Queued

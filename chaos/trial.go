@@ -122,6 +122,7 @@ type row struct {
 
 	orphans check.OrphanResult
 	watches check.WatchResult
+	idem    check.IdemResult
 	hungUp  int64
 }
 
@@ -130,7 +131,8 @@ func runScenario(ctx context.Context, cfg *config, sc scenario, bin, dir string)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return row{}, err
 	}
-	env := append([]string{"BATON_TICKET_TTL=" + cfg.ticketTTL.String(), "BATON_FENCE_GUARD=" + cfg.fenceGuard.String()},
+	env := append([]string{"BATON_TICKET_TTL=" + cfg.ticketTTL.String(), "BATON_FENCE_GUARD=" + cfg.fenceGuard.String(),
+		"BATON_IDEMPOTENCY_GRACE=" + cfg.idemGrace.String()},
 		sc.batonEnv...)
 	top, err := startTopology(dir, bin, topoOptions{batons: 2, redisArgs: sc.redisArgs, env: env, proxied: sc.proxied, scope: sc.name})
 	if err != nil {
@@ -281,6 +283,9 @@ func (r *trial) judge(out *row, dir string, samples []check.Sample, stalls []che
 		out.details = append(out.details, l.String())
 	}
 	out.violations += len(out.watches.Late)
+	out.idem = check.Idempotency(ops, samples, r.cfg.idemGrace)
+	out.violations += len(out.idem.Wrong)
+	out.details = append(out.details, out.idem.Wrong...)
 	out.summary = fmt.Sprintf("%d faults (%d with data loss), %d grants (%d shared), %d outcomes unknown (%d hung up), %d writes accepted; "+
 		"porcupine checked %d operations over %d locks in %v; %d holds nobody knew of, %d orphans; "+
 		"%d hung-up requests answered with a grant; "+
@@ -293,7 +298,7 @@ func (r *trial) judge(out *row, dir string, samples []check.Sample, stalls []che
 		if err := writeHistory(p, ops); err == nil {
 			out.details = append(out.details, "full history: "+p)
 		}
-		if out.orphans.Count() > 0 || len(out.watches.Late) > 0 || r.cfg.keep {
+		if out.orphans.Count() > 0 || len(out.watches.Late) > 0 || len(out.idem.Wrong) > 0 || r.cfg.keep {
 			p := filepath.Join(dir, "samples.txt")
 			if err := writeSamples(p, samples); err == nil {
 				out.details = append(out.details, "the sampler's readings: "+p)

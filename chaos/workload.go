@@ -106,16 +106,83 @@ func (w *worker) cycle(ctx context.Context) {
 	default:
 		o.Wait = w.dur(50*time.Millisecond, w.cfg.maxWait)
 	}
-	res, op := w.acquire(name, o)
+	if w.chance(w.cfg.keyed) {
+		o.IdempotencyKey = client.NewIdempotencyKey()
+	}
+	res, op := w.acquireIdem(name, o)
 	switch op.Outcome {
 	case check.OK:
-		w.hold(ctx, name, res.Lease, op.Call, op.Return, ttl)
+		from, to := check.GrantWindow(op)
+		w.hold(ctx, name, res.Lease, from, to, ttl)
+		w.replayEnded(name, o, op)
 	case check.Queued:
-		w.await(ctx, name, ticket{id: res.Ticket.ID, owner: o.Owner, asked: op.Call, shared: o.Shared}, ttl)
+		asked := op.Call
+		if !op.TicketCall.IsZero() {
+			asked = op.TicketCall // the key's first try
+		}
+		w.await(ctx, name, ticket{id: res.Ticket.ID, owner: o.Owner, asked: asked, shared: o.Shared}, ttl)
+		w.replayEnded(name, o, op)
 	case check.Busy:
 		time.Sleep(w.dur(5*time.Millisecond, 40*time.Millisecond))
 	default:
 		w.backoff()
+	}
+}
+
+// idemRetryFor bounds how long an acquire with an Idempotency-Key whose answer
+// was lost is tried again. A client that gives up leaves whatever its request
+// made to run out (Baton does not undo an idempotent request: its client is
+// expected to come back for it), so the workload keeps trying while the
+// service recovers, well past the workload's end if need be.
+const idemRetryFor = 20 * time.Second
+
+// acquireIdem makes an acquire. With an Idempotency-Key, a try whose answer
+// was lost (a transport error, a 5xx) is sent again with the same key and body
+// until one is answered, as a client that lost the answer would; and now and
+// then an answered one is sent again too (its answer lost on the way back, as
+// far as the server knows): the replay must be the same lease or ticket
+// (check.Idempotency). The result is the last answer that granted or queued,
+// else the last try's.
+func (w *worker) acquireIdem(name string, o client.AcquireOptions) (*client.AcquireResult, check.Op) {
+	res, op := w.acquire(name, o)
+	if o.IdempotencyKey == "" {
+		return res, op
+	}
+	first, try := op.Call, 1
+	for op.Outcome == check.Unknown && time.Since(first) < idemRetryFor {
+		w.backoff()
+		try++
+		res, op = w.acquireTry(name, o, nil, try, first)
+	}
+	if (op.Outcome == check.OK || op.Outcome == check.Queued) && w.chance(w.cfg.replays) {
+		try++
+		r2, op2 := w.acquireTry(name, o, nil, try, first)
+		if op2.Outcome == check.OK || op2.Outcome == check.Queued {
+			res, op = r2, op2
+		}
+	}
+	return res, op
+}
+
+// replayEnded now and then sends an acquire with an Idempotency-Key again
+// after what it made has ended (released, run out, cancelled): within
+// BATON_IDEMPOTENCY_GRACE that is a 409 idempotency-key-used, never a new
+// hold. Should it be one all the same (Redis lost the key's record), the hold
+// is released and check.Idempotency judges it.
+func (w *worker) replayEnded(name string, o client.AcquireOptions, last check.Op) {
+	if o.IdempotencyKey == "" || !w.chance(w.cfg.replays) {
+		return
+	}
+	first := last.TicketCall
+	if first.IsZero() {
+		first = last.Call
+	}
+	res, op := w.acquireTry(name, o, nil, last.Try+1, first)
+	switch op.Outcome {
+	case check.OK:
+		w.releaseAll(name, res.Lease, res.Lease.Count)
+	case check.Queued:
+		w.cancel(name, ticket{id: res.Ticket.ID, owner: o.Owner})
 	}
 }
 

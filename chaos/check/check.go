@@ -41,9 +41,10 @@ func (v Violation) String() string {
 // An Acquire's grant happened during the request. A ticket's can have happened at
 // any moment since the ticket was asked for (a release or an expiry hands the lock
 // on while the waiter is not looking); its acquired_at, on the Redis clock,
-// narrows that to a moment, within Slack.
+// narrows that to a moment, within Slack. A retried Acquire's (same
+// Idempotency-Key) can have happened since its first try.
 func GrantWindow(o Op) (from, to time.Time) {
-	if o.Kind != Poll {
+	if o.Kind != Poll && o.TicketCall.IsZero() {
 		return o.Call, o.Return
 	}
 	from, to = o.TicketCall, o.Return
@@ -132,10 +133,17 @@ func relevant(o Op) bool {
 }
 
 // operations turns one lock's operations into porcupine's, times in µs since base.
-// A lease granted twice (a retried ticket poll) is a grant and then a read.
+// A hold granted twice (a retried ticket poll, a replayed Idempotency-Key) is a
+// grant and then a read. A hold is a lease and its fence: after Redis lost its
+// data, a retry with the same Idempotency-Key is a new hold with the same
+// (derived) lease id and a new fence.
 func operations(ops []Op, base time.Time) []porcupine.Operation {
 	us := func(t time.Time) int64 { return t.UnixMicro() - base.UnixMicro() }
-	granted := map[string]bool{}
+	type leaseFence struct {
+		lease string
+		fence int64
+	}
+	granted := map[leaseFence]bool{}
 	h := make([]porcupine.Operation, 0, len(ops))
 	for i, o := range ops {
 		in := &input{kind: o.Kind, outcome: o.Outcome, lease: o.Lease, fence: o.Fence, count: o.Count,
@@ -145,10 +153,10 @@ func operations(ops []Op, base time.Time) []porcupine.Operation {
 			in.expires = us(o.ExpiresAt)
 		}
 		if o.Kind == Acquire || o.Kind == Poll {
-			if granted[o.Lease] {
+			if lf := (leaseFence{o.Lease, o.Fence}); granted[lf] {
 				in.kind = Get
 			} else {
-				granted[o.Lease] = true
+				granted[lf] = true
 				from, to := GrantWindow(o)
 				in.call, in.ret = us(from), us(to)
 			}

@@ -68,9 +68,12 @@ const (
 	// Invalid is a 400 or an answer outside the contract: a bug in the workload or
 	// the server, reported as such.
 	Invalid
+	// Used is a 409 idempotency-key-used: an earlier request with the same
+	// Idempotency-Key made a hold or a ticket that has ended since.
+	Used
 )
 
-var outcomeNames = [...]string{"ok", "not-held", "busy", "queued", "gone", "unknown", "invalid"}
+var outcomeNames = [...]string{"ok", "not-held", "busy", "queued", "gone", "unknown", "invalid", "key-used"}
 
 func (o Outcome) String() string { return outcomeNames[o] }
 
@@ -84,12 +87,18 @@ type Op struct {
 	TTL    time.Duration // the ttl asked for (Acquire, Reenter, Renew)
 	// Shared is, for an Acquire, whether it asked for a shared hold, under
 	// Limit (0: none); for a lease answer, the hold's mode as answered.
-	Shared  bool
-	Limit   int
-	Wait    time.Duration // the wait asked for (Watch)
-	Call    time.Time
-	Return  time.Time
-	Outcome Outcome
+	Shared bool
+	Limit  int
+	// IdemKey is the Idempotency-Key an Acquire carried ("" for none); Try
+	// numbers the tries of one key from 1; Replayed marks an answer that said
+	// Idempotent-Replayed.
+	IdemKey  string
+	Try      int
+	Replayed bool
+	Wait     time.Duration // the wait asked for (Watch)
+	Call     time.Time
+	Return   time.Time
+	Outcome  Outcome
 
 	// Owner is the owner label an Acquire sent, unique to the request; a Poll or
 	// Cancel carries its ticket's. A hold in Redis names its request by it
@@ -111,7 +120,9 @@ type Op struct {
 	AcquiredAt time.Time // lease answers: when it was granted, by the Redis clock
 
 	// TicketCall is, for a Poll, when the ticket was asked for: a grant to the
-	// ticket can have happened at any moment since.
+	// ticket can have happened at any moment since. For a retried Acquire (Try
+	// above 1), when the key's first try was called: the grant the retry
+	// answers with may have been made by any try.
 	TicketCall time.Time
 	Detail     string // the error, for the log
 }
@@ -130,6 +141,12 @@ func (o Op) String() string {
 	}
 	if o.Shared {
 		fmt.Fprintf(&b, " shared limit=%d", o.Limit)
+	}
+	if o.IdemKey != "" {
+		fmt.Fprintf(&b, " key=%s try=%d", short(o.IdemKey), o.Try)
+		if o.Replayed {
+			b.WriteString(" replayed")
+		}
 	}
 	if o.Lease != "" {
 		fmt.Fprintf(&b, " lease=%s", short(o.Lease))
