@@ -29,8 +29,8 @@ const keyPrefix = "chaos"
 // Sentinel setup are other topologies behind the same fields.
 type topology struct {
 	redis  *redistest.Server
-	proxy  *netProxy     // between Baton and Redis, for net-* scenarios; else nil
-	rdb    *redis.Client // for injecting faults and inspecting keys
+	proxy  *netProxy             // between Baton and Redis, for net-* scenarios; else nil
+	rdb    redis.UniversalClient // for injecting faults and inspecting keys (a Cluster scenario's: a cluster client)
 	batons []*baton
 	// keys are the principals' keys (auth.go); fleet their clients, one per
 	// Baton process in the order of batons.

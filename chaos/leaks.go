@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -70,7 +71,7 @@ const guardSlack = 500 * time.Millisecond
 // an unclaimed grant's window). Fence keys and the tombstones of abandoned
 // requests (P:{N}:x:<lease hash>, store/abandon.go) are left to the guard
 // check. It returns the keys still there at the end.
-func awaitNoLeaks(ctx context.Context, rdb *redis.Client, settle time.Duration) ([]key, error) {
+func awaitNoLeaks(ctx context.Context, rdb redis.UniversalClient, settle time.Duration) ([]key, error) {
 	return awaitKeys(ctx, rdb, settle, func(k string) bool { return isFence(k) || isTombstone(k) || isSecret(k) })
 }
 
@@ -104,7 +105,7 @@ func (k key) kind() string {
 
 // awaitKeys waits up to wait for Redis to hold no key of Baton's but those
 // skip skips, and returns those still there then.
-func awaitKeys(ctx context.Context, rdb *redis.Client, wait time.Duration, skip func(string) bool) ([]key, error) {
+func awaitKeys(ctx context.Context, rdb redis.UniversalClient, wait time.Duration, skip func(string) bool) ([]key, error) {
 	deadline := time.Now().Add(wait)
 	for {
 		left, err := keysLeft(ctx, rdb, skip)
@@ -115,10 +116,29 @@ func awaitKeys(ctx context.Context, rdb *redis.Client, wait time.Duration, skip 
 	}
 }
 
-// keysLeft lists Baton's keys but those skip skips.
-func keysLeft(ctx context.Context, rdb *redis.Client, skip func(string) bool) ([]key, error) {
+// keysLeft lists Baton's keys but those skip skips; in a cluster, every
+// master's.
+func keysLeft(ctx context.Context, rdb redis.UniversalClient, skip func(string) bool) ([]key, error) {
+	cc, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		return keysOn(ctx, rdb, rdb, skip)
+	}
+	var mu sync.Mutex
 	var left []key
-	iter := rdb.Scan(ctx, 0, keyPrefix+":*", 1000).Iterator()
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		l, err := keysOn(ctx, m, rdb, skip)
+		mu.Lock()
+		left = append(left, l...)
+		mu.Unlock()
+		return err
+	})
+	return left, err
+}
+
+// keysOn lists the keys one node (scan) holds, reading each through rdb.
+func keysOn(ctx context.Context, scan, rdb redis.Cmdable, skip func(string) bool) ([]key, error) {
+	var left []key
+	iter := scan.Scan(ctx, 0, keyPrefix+":*", 1000).Iterator()
 	for iter.Next(ctx) {
 		k := iter.Val()
 		if skip(k) {

@@ -39,8 +39,8 @@ type sampler struct {
 	locks []string
 
 	mu      sync.Mutex
-	src     *redis.Client
-	own     []*redis.Client // clients the sampler closes when it stops
+	src     redis.UniversalClient
+	own     []redis.UniversalClient // clients the sampler closes when it stops
 	samples []check.Sample
 
 	stop chan struct{}
@@ -56,14 +56,15 @@ func newSamplerClient(addr string) *redis.Client {
 
 // startSampler starts sampling locks through src, which it closes when it stops.
 func startSampler(src *redis.Client, locks []string) *sampler {
-	s := &sampler{locks: locks, src: src, own: []*redis.Client{src}, stop: make(chan struct{}), done: make(chan struct{})}
+	s := &sampler{locks: locks, src: src, own: []redis.UniversalClient{src}, stop: make(chan struct{}), done: make(chan struct{})}
 	go s.run()
 	return s
 }
 
 // use makes the sampler read through c from now on (a Sentinel scenario's
-// failover client), and close it when it stops.
-func (s *sampler) use(c *redis.Client) {
+// failover client, a Cluster scenario's cluster client: one MULTI per node),
+// and close it when it stops.
+func (s *sampler) use(c redis.UniversalClient) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.src = c

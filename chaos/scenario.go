@@ -24,7 +24,7 @@ type scenario struct {
 }
 
 func scenarios() []scenario {
-	return []scenario{
+	return append([]scenario{
 		{name: "baseline"},
 		{name: "pubsub-kill", inject: killPubSub},
 		{name: "redis-kill", inject: killRedis(true)},
@@ -38,7 +38,7 @@ func scenarios() []scenario {
 		{name: "net-blackhole-short", proxied: true, inject: netBlackhole(false)},
 		{name: "net-blackhole-long", proxied: true, inject: netBlackhole(true)},
 		{name: "net-stranded", proxied: true, inject: netStranded},
-	}
+	}, clusterScenarios()...) // cluster.go
 }
 
 // every calls f every interval until ctx ends.

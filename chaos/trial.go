@@ -18,6 +18,7 @@ import (
 type trial struct {
 	cfg    *config
 	top    *topology
+	dir    string // the scenario's working directory
 	rec    check.Recorder
 	tal    tally
 	locks  []string                   // the workload's
@@ -149,7 +150,7 @@ func runScenario(ctx context.Context, cfg *config, sc scenario, bin, dir string)
 		return row{}, err
 	}
 	defer top.stop()
-	r := &trial{cfg: cfg, top: top, res: map[string]*check.Resource{},
+	r := &trial{cfg: cfg, top: top, dir: dir, res: map[string]*check.Resource{},
 		rng: rand.New(rand.NewPCG(cfg.seed, uint64(1<<32)))}
 	r.caller = caller{id: -2, cls: top.cls, bases: top.bases, key: top.keys[runnerPrincipal], rec: &r.rec, tal: &r.tal,
 		pick: func() int { return 0 }}

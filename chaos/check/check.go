@@ -61,7 +61,8 @@ func GrantWindow(o Op) (from, to time.Time) {
 	return from, to
 }
 
-// Check checks each lock's history in ops; Loss operations belong to every lock.
+// Check checks each lock's history in ops; Loss operations belong to their lock,
+// or, without one, to every lock.
 // Each lock's check gets at most timeout (0: none). dir, when not empty, receives
 // an HTML visualization of each violation.
 func Check(ops []Op, timeout time.Duration, dir string) Result {
@@ -79,8 +80,10 @@ func Check(ops []Op, timeout time.Duration, dir string) Result {
 	var losses []Op
 	for _, o := range ops {
 		switch {
-		case o.Kind == Loss:
+		case o.Kind == Loss && o.Lock == "":
 			losses = append(losses, o)
+		case o.Kind == Loss:
+			byLock[o.Lock] = append(byLock[o.Lock], o)
 		case relevant(o):
 			byLock[o.Lock] = append(byLock[o.Lock], o)
 		}

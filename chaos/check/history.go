@@ -35,8 +35,10 @@ const (
 	// Cancel is a DELETE of a ticket.
 	Cancel
 	// Loss is not a request: Redis lost its data (killed and restarted without
-	// persistence) at some moment between Call and Return. Every hold may vanish
-	// there; fences must still increase.
+	// persistence, or a failover that lost writes) at some moment between Call
+	// and Return. Every hold may vanish there; fences must still increase. A
+	// Loss with a Lock concerns that lock alone (a cluster shard's locks); one
+	// without, every lock.
 	Loss
 	// Watch is a GET of the lock's state with wait_ms and fence: it must return
 	// soon after the lock stops being held with Fence (Watches). The model

@@ -109,3 +109,19 @@ func TestCheckShared(t *testing.T) {
 		})
 	}
 }
+
+// A Loss of one lock frees that lock only.
+func TestCheckLossOfOneLock(t *testing.T) {
+	other := func(o Op) Op { o.Lock = "m"; return o }
+	ops := []Op{
+		grant(1, "A", 10, 0, 5, 10000),
+		other(grant(2, "B", 20, 0, 5, 10000)),
+		{Kind: Loss, Lock: "l", Call: ms(100), Return: ms(200), Outcome: OK},
+		grant(3, "C", 5000, 210, 215, 1000),
+		other(grant(4, "D", 5001, 210, 215, 1000)), // B still holds m
+	}
+	res := Check(ops, time.Second, "")
+	if len(res.Violations) != 1 || res.Violations[0].Lock != "m" {
+		t.Fatalf("violations %v, want one, of lock m", res.Violations)
+	}
+}
