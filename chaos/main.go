@@ -41,7 +41,9 @@
 // and those that made a second hold, which are violations); and the time from the
 // end of each fault (the killed process started again; a killed connection at
 // once) until a lock is handed over between the two Baton processes, both ways,
-// within a second.
+// within a second; and, for Redis kills, the time from the restarted Redis
+// answering PING to each Baton process's first 2xx (redisback.go). The
+// Redis Cluster scenarios are in cluster.go.
 package main
 
 import (
