@@ -29,13 +29,31 @@ const keyPrefix = "chaos"
 // Sentinel setup are other topologies behind the same fields.
 type topology struct {
 	redis  *redistest.Server
-	proxy  *netProxy     // between Baton and Redis, for net-* scenarios; else nil
-	rdb    *redis.Client // for injecting faults and inspecting keys
+	proxy  *netProxy             // between Baton and Redis, for net-* scenarios; else nil
+	rdb    redis.UniversalClient // for injecting faults and inspecting keys (a Cluster scenario's: a cluster client)
 	batons []*baton
-	cls    []*client.Client // one per Baton process, same order
-	bases  []string         // their base URLs, same order
-	hc     *http.Client     // the clients' transport, closed at the end
+	// keys are the principals' keys (auth.go); fleet their clients, one per
+	// Baton process in the order of batons.
+	keys  map[string]string
+	fleet map[string][]*client.Client
+	cls   []*client.Client // the runner's own (fleet[runnerPrincipal])
+	bases []string         // the Baton processes' base URLs, same order
+	hc    *http.Client     // the clients' transport, closed at the end
 }
+
+// topoOptions shape a topology.
+type topoOptions struct {
+	batons    int      // Baton processes
+	redisArgs []string // extra redis-server arguments
+	env       []string // extra BATON_* settings
+	proxied   bool     // Baton reaches Redis through an in-process toxiproxy
+	// scope is the workload's lock names' prefix, for the workers' grants
+	// (auth.go); empty: "chaos".
+	scope string
+}
+
+// clientsOf are principal p's clients, one per Baton process.
+func (t *topology) clientsOf(p string) []*client.Client { return t.fleet[p] }
 
 // baton is one Baton server process on a fixed port, so that it can be killed and
 // started again where its clients expect it.
@@ -47,6 +65,8 @@ type baton struct {
 	base string
 	// debug is the base URL of its BATON_DEBUG_ADDR (runtime profiles).
 	debug string
+	// opsKey is the runner's key, for /metrics.
+	opsKey string
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -65,57 +85,74 @@ type baton struct {
 var probeClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 
 // startTopology starts a redis-server (with extra arguments) whose files go to
-// dir, and n Baton processes on it. stop undoes it all.
-func startTopology(dir, bin string, n int, redisArgs []string, batonEnv []string, proxied bool) (*topology, error) {
+// dir, and o.batons Baton processes on it, in keys mode. stop undoes it all.
+func startTopology(dir, bin string, o topoOptions) (*topology, error) {
 	rdir := filepath.Join(dir, "redis")
 	if err := os.MkdirAll(rdir, 0o755); err != nil {
 		return nil, err
 	}
-	rs, err := redistest.StartServer(rdir, redisArgs...)
+	rs, err := redistest.StartServer(rdir, o.redisArgs...)
 	if err != nil {
 		return nil, err
 	}
 	t := &topology{redis: rs, rdb: redis.NewClient(&redis.Options{Addr: rs.Addr(), MaxRetries: -1}),
 		hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 30 * time.Second}}}
 	redisURL := rs.URL()
-	if proxied {
+	if o.proxied {
 		if t.proxy, err = startNetProxy(rs.Addr()); err != nil {
 			t.stop()
 			return nil, err
 		}
 		redisURL = t.proxy.url()
 	}
-	for i := range n {
+	if err := t.startBatons(dir, bin, redisURL, o); err != nil {
+		t.stop()
+		return nil, err
+	}
+	return t, nil
+}
+
+// startBatons writes the keys file and starts o.batons Baton processes on
+// redisURL, with a client per principal for each.
+func (t *topology) startBatons(dir, bin, redisURL string, o topoOptions) error {
+	authFile, keys, err := writeKeys(dir, o.scope)
+	if err != nil {
+		return err
+	}
+	t.keys, t.fleet = keys, map[string][]*client.Client{}
+	for i := range o.batons {
 		port, err := redistest.FreePort()
 		if err != nil {
-			t.stop()
-			return nil, err
+			return err
 		}
 		debugPort, err := redistest.FreePort()
 		if err != nil {
-			t.stop()
-			return nil, err
+			return err
 		}
 		b := &baton{
 			name: string(rune('A' + i)), bin: bin, dir: dir, base: "http://127.0.0.1:" + strconv.Itoa(port),
-			debug: "http://127.0.0.1:" + strconv.Itoa(debugPort),
+			debug: "http://127.0.0.1:" + strconv.Itoa(debugPort), opsKey: keys[runnerPrincipal],
 			env: append([]string{
 				"BATON_ADDR=127.0.0.1:" + strconv.Itoa(port), "BATON_REDIS_URL=" + redisURL,
-				"BATON_DEBUG_ADDR=127.0.0.1:" + strconv.Itoa(debugPort),
+				"BATON_DEBUG_ADDR=127.0.0.1:" + strconv.Itoa(debugPort), "BATON_AUTH_FILE=" + authFile,
 				"BATON_KEY_PREFIX=" + keyPrefix, "BATON_LOG_LEVEL=warn", "BATON_LOG_FORMAT=json",
 				"BATON_SHUTDOWN_DELAY=0s", // BATON_SHUTDOWN_TIMEOUT: the default (stopGrace)
-			}, batonEnv...),
+			}, o.env...),
 		}
 		if err := b.start(); err != nil {
 			b.kill() // it may be up, just not ready: it is not in t.batons yet
-			t.stop()
-			return nil, err
+			return err
 		}
 		t.batons = append(t.batons, b)
-		t.cls = append(t.cls, client.New(b.base, client.WithHTTPClient(t.hc)))
 		t.bases = append(t.bases, b.base)
+		for _, p := range principals {
+			// No retries of the client's own: the runner retries, and records each try.
+			t.fleet[p] = append(t.fleet[p], client.New(b.base, client.WithHTTPClient(t.hc),
+				client.WithAPIKey(keys[p]), client.WithRetryMaxTime(0)))
+		}
 	}
-	return t, nil
+	t.cls = t.fleet[runnerPrincipal]
+	return nil
 }
 
 func (t *topology) stop() {
@@ -258,6 +295,7 @@ func (b *baton) gauge(ctx context.Context, name string) float64 {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, b.base+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+b.opsKey)
 	res, err := probeClient.Do(req)
 	if err != nil {
 		return -1

@@ -31,7 +31,7 @@ type hanger struct {
 	hungAt   time.Time // when
 }
 
-func newHanger(base string) *hanger {
+func newHanger(base, key string) *hanger {
 	h := &hanger{}
 	var d net.Dialer
 	h.hc = &http.Client{Transport: &http.Transport{
@@ -50,7 +50,7 @@ func newHanger(base string) *hanger {
 			return &hangConn{Conn: c, h: h}, nil
 		},
 	}}
-	h.cl = client.New(base, client.WithHTTPClient(h.hc))
+	h.cl = client.New(base, client.WithHTTPClient(h.hc), client.WithAPIKey(key), client.WithRetryMaxTime(0))
 	return h
 }
 

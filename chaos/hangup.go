@@ -37,18 +37,21 @@ func (w *worker) hangUp(ctx context.Context, name string) {
 	case r < 0.6: // a wait, fair or not, given up at a random moment of it
 		o := client.AcquireOptions{TTL: ttl, Owner: w.label(), Fair: w.chance(0.5),
 			Wait: w.dur(100*time.Millisecond, w.cfg.maxWait)}
+		w.pickMode(name, &o)
 		w.hangAcquire(ctx, name, o, w.dur(0, o.Wait))
 	case r < 0.75: // no wait: given up within the request's own round trip
 		o := client.AcquireOptions{TTL: ttl, Owner: w.label(), Fair: w.chance(0.5)}
+		w.pickMode(name, &o)
 		w.hangAcquire(ctx, name, o, w.dur(0, 3*time.Millisecond))
 	default: // a ticket's poll given up at a random moment of its wait
 		o := client.AcquireOptions{TTL: ttl, Owner: w.label(), Fair: true}
+		w.pickMode(name, &o)
 		res, op := w.acquire(name, o)
 		if op.Outcome != check.Queued {
 			w.leave(ctx, name, res, op)
 			return
 		}
-		t := ticket{id: res.Ticket.ID, owner: o.Owner, asked: op.Call}
+		t := ticket{id: res.Ticket.ID, owner: o.Owner, asked: op.Call, shared: o.Shared}
 		wait := w.dur(100*time.Millisecond, w.cfg.maxPoll)
 		w.hangPoll(ctx, name, t, wait, w.dur(0, wait))
 	}

@@ -3,15 +3,19 @@
 //
 // Each scenario starts a fresh redis-server and two Baton processes built from
 // this tree, on free loopback ports, and runs a workload of concurrent clients
-// (fair and non-fair acquires, re-entries, renewals, releases, holders that stop
-// renewing and write on, waiters that stop polling, clients that hang up in the
-// middle of a request, locks taken the moment a lease runs out) and of watchers
+// (fair and non-fair acquires, exclusive and shared, re-entries, renewals,
+// releases, holders that stop renewing and write on, waiters that stop polling,
+// clients that hang up in the middle of a request, locks taken the moment a
+// lease runs out) and of watchers
 // (long-polls of a lock's state), while it injects its fault again and again.
+// Every Baton runs in keys mode, and every request carries the key of one of a
+// few principals with different grants (auth.go); a 401 or 403 is a violation.
 // Every request is recorded; each lock's history is then checked with porcupine
-// against a model of a fenced, reentrant lock with expiring leases (chaos/check),
-// and every holder's writes go through a fenced resource that counts the stale
-// writes it rejected and any it should not have accepted. A sampler reads the
-// lock hashes in Redis every 50 ms (sampler.go), so that holds no client was told
+// against a model of a fenced, reentrant lock with expiring leases and shared
+// holds (chaos/check), and every exclusive holder's writes go through a fenced
+// resource that counts the stale writes it rejected and any it should not have
+// accepted. A sampler reads the locks' holds in Redis every 50 ms (sampler.go),
+// so that holds no client was told
 // of can be timed: none may outlive the ticket ttl (check.Orphans); and every
 // watch must have returned within 50 ms of its lock changing hands
 // (check.Watches). After the workload Redis must hold no hold, ticket or queue
@@ -32,10 +36,14 @@
 // 500 (requests whose client hung up are not counted); orphan holds: holds no
 // client was told of that lasted longer than the ticket ttl (of those seen, and
 // the longest any lasted); the watches' lag behind the change they waited for
-// (p99, worst, and how many were late, of those judged); and the time from the
+// (p99, worst, and how many were late, of those judged); the acquires with an
+// Idempotency-Key (how many, retried after a lost answer, answered as replays,
+// and those that made a second hold, which are violations); and the time from the
 // end of each fault (the killed process started again; a killed connection at
 // once) until a lock is handed over between the two Baton processes, both ways,
-// within a second.
+// within a second; and, for Redis kills, the time from the restarted Redis
+// answering PING to each Baton process's first 2xx (redisback.go). The
+// Redis Cluster scenarios are in cluster.go.
 package main
 
 import (
@@ -70,6 +78,9 @@ type config struct {
 	fenceGuard     time.Duration // BATON_FENCE_GUARD
 	hangUps        float64       // the share of a worker's cycles in which it hangs up (hangup.go)
 	expiryRaces    float64       // the share in which it takes a lock at the moment its lease runs out (expiry.go)
+	keyed          float64       // the share of its acquires that carry an Idempotency-Key (workload.go)
+	replays        float64       // the share of those it sends again after an answer, and after the hold ended
+	idemGrace      time.Duration // BATON_IDEMPOTENCY_GRACE
 
 	watchers   int           // clients that only watch (watcher.go)
 	maxWatch   time.Duration // the longest wait_ms of a watch
@@ -91,6 +102,7 @@ func quickConfig() config {
 		minTTL: 200 * time.Millisecond, maxTTL: 800 * time.Millisecond, longTTL: 4 * time.Second,
 		maxWait: 800 * time.Millisecond, maxPoll: 800 * time.Millisecond, ticketTTL: time.Second,
 		fenceGuard: 2 * time.Second, hangUps: 0.12, expiryRaces: 0.03,
+		keyed: 0.4, replays: 0.3, idemGrace: time.Second,
 		watchers: 6, maxWatch: 1500 * time.Millisecond, watchSlack: 50 * time.Millisecond,
 		pubsubEvery: time.Second, redisEvery: 3 * time.Second, batonEvery: 3 * time.Second,
 		down: 300 * time.Millisecond, freezeMin: 3 * time.Second, freezeMax: 5 * time.Second,

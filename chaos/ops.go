@@ -21,6 +21,7 @@ type tally struct {
 	requests atomic.Int64
 	answered atomic.Int64 // answered with a status below 500
 	hungUp   atomic.Int64 // given up by their client before the answer: in neither of the above
+	refused  refusals     // 401s and 403s (auth.go)
 }
 
 // classify reads an operation's error: its outcome for the checker, and whether
@@ -42,6 +43,8 @@ func classify(err error) (check.Outcome, bool) {
 			return check.Gone, true
 		case p.Status == http.StatusTooManyRequests:
 			return check.Unknown, true
+		case errors.Is(err, client.ErrIdempotencyKeyUsed):
+			return check.Used, true
 		}
 		return check.Invalid, true
 	}
@@ -54,8 +57,9 @@ func classify(err error) (check.Outcome, bool) {
 // caller makes one worker's requests and records each as an operation.
 type caller struct {
 	id    int
-	cls   []*client.Client
-	bases []string // the Baton processes' base URLs, in the order of cls
+	cls   []*client.Client // its principal's, one per Baton process
+	bases []string         // the Baton processes' base URLs, in the order of cls
+	key   string           // its principal's key, for the hangers' own clients
 	rec   *check.Recorder
 	tal   *tally
 	pick  func() int // which Baton process the next request goes to
@@ -75,11 +79,13 @@ func (c caller) on(i int, count func()) caller {
 func (c *caller) finish(o *check.Op, err error, h *hanger) {
 	o.Return = time.Now()
 	out, answered := classify(err)
-	if err != nil || o.Outcome != check.Queued { // a 202 is set by the caller
+	// A 202, and an answer the caller found outside the contract, are set by the caller.
+	if err != nil || (o.Outcome != check.Queued && o.Outcome != check.Invalid) {
 		o.Outcome = out
 	}
 	if err != nil {
 		o.Detail = err.Error()
+		c.tal.refused.note(err, true)
 	}
 	if h != nil {
 		o.HungUp, o.HungAt = h.hungUp()
@@ -96,8 +102,15 @@ func (c *caller) finish(o *check.Op, err error, h *hanger) {
 	c.rec.Add(*o)
 }
 
-func leaseFields(o *check.Op, l *client.Lease) {
+// leaseFields records a lease answer. An answer whose mode is not the one
+// asked for (want: exclusive or shared) is outside the contract.
+func leaseFields(o *check.Op, l *client.Lease, want bool) {
 	o.Lease, o.Fence, o.Count, o.ExpiresAt, o.AcquiredAt = l.ID, l.Fence, l.Count, l.ExpiresAt, l.AcquiredAt
+	o.Shared, o.Limit = l.Shared, l.Limit
+	if l.Shared != want {
+		o.Outcome = check.Invalid
+		o.Detail = fmt.Sprintf("asked for shared=%v, answered shared=%v", want, l.Shared)
+	}
 }
 
 func (c *caller) ctx(wait time.Duration) (context.Context, context.CancelFunc) {
@@ -111,7 +124,7 @@ func (c *caller) start(kind check.Kind, name string, hang func(*hanger)) (check.
 	op := check.Op{Client: c.id, Lock: name, Kind: kind, Server: i}
 	cl, h := c.cls[i], (*hanger)(nil)
 	if hang != nil {
-		h = newHanger(c.bases[i])
+		h = newHanger(c.bases[i], c.key)
 		cl = h.cl
 		hang(h)
 	}
@@ -128,19 +141,35 @@ func (c *caller) acquire(name string, o client.AcquireOptions) (*client.AcquireR
 // request's hanger as the request starts, to arrange the hang-up (nil: a client
 // that does not).
 func (c *caller) acquireHanging(name string, o client.AcquireOptions, hang func(*hanger)) (*client.AcquireResult, check.Op) {
+	return c.acquireTry(name, o, hang, 1, time.Time{})
+}
+
+// acquireTry is try number try of an acquire; a try after the first (of one
+// Idempotency-Key) names when the first was called (first).
+func (c *caller) acquireTry(name string, o client.AcquireOptions, hang func(*hanger), try int,
+	first time.Time) (*client.AcquireResult, check.Op) {
 	op, cl, h := c.start(check.Acquire, name, hang)
 	if h != nil {
 		defer h.close()
 	}
-	op.TTL, op.Owner = o.TTL, o.Owner
+	op.TTL, op.Owner, op.Shared, op.Limit = o.TTL, o.Owner, o.Shared, o.Limit
+	if o.IdempotencyKey != "" {
+		op.IdemKey, op.Try = o.IdempotencyKey, try
+		if try > 1 {
+			op.TicketCall = first
+		}
+	}
 	ctx, cancel := c.ctx(o.Wait)
 	defer cancel()
 	res, err := cl.Acquire(ctx, name, o)
+	if err == nil {
+		op.Replayed = res.Replayed
+	}
 	switch {
 	case err == nil && res.Ticket != nil:
 		op.Ticket, op.Outcome = res.Ticket.ID, check.Queued
 	case err == nil:
-		leaseFields(&op, res.Lease)
+		leaseFields(&op, res.Lease, o.Shared)
 	}
 	c.finish(&op, err, h)
 	return res, op
@@ -148,9 +177,10 @@ func (c *caller) acquireHanging(name string, o client.AcquireOptions, hang func(
 
 // ticket is a fair waiter's ticket, as its polls need it.
 type ticket struct {
-	id    string
-	owner string    // the label of the acquire that queued it
-	asked time.Time // when that acquire was called
+	id     string
+	owner  string    // the label of the acquire that queued it
+	asked  time.Time // when that acquire was called
+	shared bool      // it asked for a shared hold
 }
 
 // poll long-polls a ticket.
@@ -170,7 +200,7 @@ func (c *caller) pollHanging(name string, t ticket, wait time.Duration, hang fun
 	res, err := cl.Poll(ctx, name, t.id, wait)
 	switch {
 	case err == nil && res.Lease != nil:
-		leaseFields(&op, res.Lease)
+		leaseFields(&op, res.Lease, t.shared)
 	case err == nil && res.Ticket != nil:
 		op.Outcome = check.Queued
 	}
@@ -186,43 +216,44 @@ func (c *caller) cancel(name string, t ticket) {
 	c.finish(&op, cl.Cancel(ctx, name, t.id), nil)
 }
 
-// reenter adds a hold to a lease.
-func (c *caller) reenter(name, lease string, ttl time.Duration) (*client.Lease, check.Op) {
+// reenter adds a hold to a lease; a shared hold's re-entry says so (API.md:
+// a re-entry must match the hold's mode).
+func (c *caller) reenter(name, lease string, ttl time.Duration, shared bool) (*client.Lease, check.Op) {
 	op, cl, _ := c.start(check.Reenter, name, nil)
 	op.Lease, op.TTL = lease, ttl
 	ctx, cancel := c.ctx(0)
 	defer cancel()
-	res, err := cl.Acquire(ctx, name, client.AcquireOptions{Lease: lease, TTL: ttl})
+	res, err := cl.Acquire(ctx, name, client.AcquireOptions{Lease: lease, TTL: ttl, Shared: shared})
 	var l *client.Lease
 	if err == nil {
 		l = res.Lease
-		leaseFields(&op, l)
+		leaseFields(&op, l, shared)
 	}
 	c.finish(&op, err, nil)
 	return l, op
 }
 
-func (c *caller) renew(name, lease string, ttl time.Duration) (*client.Lease, check.Op) {
+func (c *caller) renew(name, lease string, ttl time.Duration, shared bool) (*client.Lease, check.Op) {
 	op, cl, _ := c.start(check.Renew, name, nil)
 	op.Lease, op.TTL = lease, ttl
 	ctx, cancel := c.ctx(0)
 	defer cancel()
 	l, err := cl.Renew(ctx, name, lease, ttl)
 	if err == nil {
-		leaseFields(&op, l)
+		leaseFields(&op, l, shared)
 	}
 	c.finish(&op, err, nil)
 	return l, op
 }
 
-func (c *caller) get(name, lease string) (*client.Lease, check.Op) {
+func (c *caller) get(name, lease string, shared bool) (*client.Lease, check.Op) {
 	op, cl, _ := c.start(check.Get, name, nil)
 	op.Lease = lease
 	ctx, cancel := c.ctx(0)
 	defer cancel()
 	l, err := cl.Lease(ctx, name, lease)
 	if err == nil {
-		leaseFields(&op, l)
+		leaseFields(&op, l, shared)
 	}
 	c.finish(&op, err, nil)
 	return l, op

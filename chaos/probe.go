@@ -27,6 +27,7 @@ func (r *trial) recovered(since time.Time) (time.Duration, error) {
 		if err = r.handoffs(); err == nil {
 			return time.Since(since), nil
 		}
+		r.tal.refused.note(err, false)
 		time.Sleep(20 * time.Millisecond) // a retry pause; the fault's end is not observable
 	}
 	return 0, fmt.Errorf("not recovered %v after the fault: %w", probeTimeout, err)

@@ -13,7 +13,7 @@ import (
 // figures right-aligned.
 func printTable(w io.Writer, rows []row) {
 	table := [][]string{{"scenario", "operations", "violations", "stale writes accepted",
-		"stale writes rejected", "answered without 5xx", "orphan holds", "watch lag", "time to recover"}}
+		"stale writes rejected", "answered without 5xx", "orphan holds", "watch lag", "idempotent retries", "time to recover", "Redis back to 2xx"}}
 	for _, r := range rows {
 		pct := 100.0
 		if r.requests > 0 {
@@ -21,7 +21,7 @@ func printTable(w io.Writer, rows []row) {
 		}
 		table = append(table, []string{r.name, strconv.Itoa(r.ops), strconv.Itoa(r.violations),
 			strconv.Itoa(r.staleAccepted), strconv.Itoa(r.staleRejected),
-			fmt.Sprintf("%d (%.2f%%)", r.answered, pct), orphans(r), watchLag(r), recovery(r)})
+			fmt.Sprintf("%d (%.2f%%)", r.answered, pct), orphans(r), watchLag(r), idem(r), recovery(r), redisBack(r)})
 	}
 	width := make([]int, len(table[0]))
 	for _, line := range table {
@@ -67,6 +67,18 @@ func watchLag(r row) string {
 	return fmt.Sprintf("p99 %s, max %s, %d late of %d", round(w.Quantile(0.99)), round(w.Quantile(1)), len(w.Late), w.Judged)
 }
 
+// idem is the acquires with an Idempotency-Key, how many were sent again after
+// a lost answer, the answers marked replayed, and the keys that made a second
+// hold (violations), with those the contract allows (Redis lost the key).
+func idem(r row) string {
+	i := r.idem
+	s := fmt.Sprintf("%d keys, %d retried, %d replayed, %d wrong", i.Keys, i.Retried, i.Replays, len(i.Wrong))
+	if i.Excused > 0 {
+		s += fmt.Sprintf(" (%d second holds after data loss)", i.Excused)
+	}
+	return s
+}
+
 // recovery is the median and worst time from a fault's end (the killed process
 // started again) to a working handoff between the Baton processes, both ways,
 // over the scenario's faults.
@@ -84,6 +96,17 @@ func recovery(r row) string {
 		s += fmt.Sprintf(", %d never", n)
 	}
 	return s
+}
+
+// redisBack is, over a scenario's Redis kills, the time from the restarted
+// Redis answering PING to each Baton process's first 2xx: p50, p99, max (goal:
+// p99 at most redisBackGoal).
+func redisBack(r row) string {
+	d := r.redisBack
+	if len(d) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("p50 %s, p99 %s, max %s (%d)", round(quantile(d, 0.5)), round(quantile(d, 0.99)), round(quantile(d, 1)), len(d))
 }
 
 func round(d time.Duration) string {

@@ -45,7 +45,7 @@ func TestRetriedAcquireDoesNotGrantAgainAfterRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	toxics.Register("strand", new(strandToxic))
-	top, err := startTopology(dir, bin, 1, nil, nil, true)
+	top, err := startTopology(dir, bin, topoOptions{batons: 1, proxied: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestUndoOfAFailedPollLeavesALaterClaimAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	top, err := startTopology(dir, bin, 2, nil, nil, true) // BATON_TICKET_TTL: 10s, outliving B's failed poll
+	top, err := startTopology(dir, bin, topoOptions{batons: 2, proxied: true}) // BATON_TICKET_TTL: 10s, outliving B's failed poll
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +200,7 @@ func TestCancelAfterACrashFreesTheTicketsGrant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	top, err := startTopology(dir, bin, 2, nil, nil, false)
+	top, err := startTopology(dir, bin, topoOptions{batons: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +259,7 @@ func TestNothingIsLeftAfterTheGuard(t *testing.T) {
 		t.Fatal(err)
 	}
 	const guard = time.Second
-	top, err := startTopology(dir, bin, 1, nil, []string{"BATON_FENCE_GUARD=" + guard.String()}, false)
+	top, err := startTopology(dir, bin, topoOptions{batons: 1, env: []string{"BATON_FENCE_GUARD=" + guard.String()}})
 	if err != nil {
 		t.Fatal(err)
 	}

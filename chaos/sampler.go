@@ -14,8 +14,8 @@ import (
 // sampleEvery is the sampler's pace.
 const sampleEvery = 50 * time.Millisecond
 
-// sampler reads the workload's lock hashes in Redis (P:{N}: fence, owner, at,
-// and PTTL) every sampleEvery, from the workload's start until the checks after
+// sampler reads the workload's locks' holds in Redis (the exclusive hold's hash
+// P:{N}, and each shared hold's: fence, owner, at, and PTTL) every sampleEvery, from the workload's start until the checks after
 // it end, so that holds no client was told of can be seen and timed
 // (check.Orphans), and so can the moments a lock changed hands that no answer
 // reported (check.Watches).
@@ -28,7 +28,8 @@ const sampleEvery = 50 * time.Millisecond
 // expired on the lock key) say that the hash changed but not to whom it belongs
 // now, so each would need a read anyway, and they too are lost while the
 // subscriber's connection is down (a Redis kill, a freeze). A read of a few small
-// hashes every 50 ms in one MULTI costs Redis nothing measurable, needs no
+// hashes every 50 ms in one MULTI (a read-only script per lock, since shared
+// holds are listed in a sorted set) costs Redis nothing measurable, needs no
 // configuration, and sees every hold that lasts longer than 50 ms; the holds
 // that matter here last longer than the ticket ttl (a second). Each lock has
 // the owner label of the request it was granted to (every workload request
@@ -38,8 +39,8 @@ type sampler struct {
 	locks []string
 
 	mu      sync.Mutex
-	src     *redis.Client
-	own     []*redis.Client // clients the sampler closes when it stops
+	src     redis.UniversalClient
+	own     []redis.UniversalClient // clients the sampler closes when it stops
 	samples []check.Sample
 
 	stop chan struct{}
@@ -55,14 +56,15 @@ func newSamplerClient(addr string) *redis.Client {
 
 // startSampler starts sampling locks through src, which it closes when it stops.
 func startSampler(src *redis.Client, locks []string) *sampler {
-	s := &sampler{locks: locks, src: src, own: []*redis.Client{src}, stop: make(chan struct{}), done: make(chan struct{})}
+	s := &sampler{locks: locks, src: src, own: []redis.UniversalClient{src}, stop: make(chan struct{}), done: make(chan struct{})}
 	go s.run()
 	return s
 }
 
 // use makes the sampler read through c from now on (a Sentinel scenario's
-// failover client), and close it when it stops.
-func (s *sampler) use(c *redis.Client) {
+// failover client, a Cluster scenario's cluster client: one MULTI per node),
+// and close it when it stops.
+func (s *sampler) use(c redis.UniversalClient) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.src = c
@@ -95,21 +97,42 @@ func (s *sampler) run() {
 	}
 }
 
-// sample reads every lock at once (MULTI), so that one reading is one moment.
+// readHolds reads one lock's holds: the exclusive hold's hash (P:{N}), or each
+// live shared hold's (P:{N}:s:<lease hash>, listed in P:{N}:s with its
+// deadline), as {fence, owner, at, pttl, shared}. Only reads: it changes
+// nothing, not even what a script of Baton's would prune.
+const readHolds = `
+local out = {}
+local h = redis.call('HMGET', KEYS[1], 'fence', 'owner', 'at')
+if h[1] then
+  out[1] = {h[1], h[2] or '', h[3] or '', redis.call('PTTL', KEYS[1]), 0}
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+for _, lh in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1] .. ':s', now, '+inf')) do
+  local k = KEYS[1] .. ':s:' .. lh
+  local s = redis.call('HMGET', k, 'fence', 'owner', 'at')
+  if s[1] then
+    out[#out + 1] = {s[1], s[2] or '', s[3] or '', redis.call('PTTL', k), 1}
+  end
+end
+return out
+`
+
+// sample reads every lock at once (MULTI), so that one reading is one moment:
+// a Sample per hold, the one with the highest fence marked Top, or one not
+// Held for a free lock.
 func (s *sampler) sample() {
 	s.mu.Lock()
 	c := s.src
 	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	hm := make([]*redis.SliceCmd, len(s.locks))
-	pt := make([]*redis.DurationCmd, len(s.locks))
+	cmds := make([]*redis.Cmd, len(s.locks))
 	sent := time.Now()
 	_, err := c.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		for i, l := range s.locks {
-			k := keyPrefix + ":{" + l + "}"
-			hm[i] = p.HMGet(ctx, k, "fence", "owner", "at")
-			pt[i] = p.PTTL(ctx, k)
+			cmds[i] = p.Eval(ctx, readHolds, []string{keyPrefix + ":{" + l + "}"})
 		}
 		return nil
 	})
@@ -119,18 +142,31 @@ func (s *sampler) sample() {
 	}
 	out := make([]check.Sample, 0, len(s.locks))
 	for i, l := range s.locks {
-		v := hm[i].Val()
-		smp := check.Sample{Lock: l, Sent: sent, Got: got}
-		if len(v) == 3 && v[0] != nil {
-			smp.Held = true
+		holds, _ := cmds[i].Slice()
+		top := -1
+		for _, x := range holds {
+			v, ok := x.([]any)
+			if !ok || len(v) != 5 {
+				continue
+			}
+			smp := check.Sample{Lock: l, Sent: sent, Got: got, Held: true, Owner: str(v[1]), Shared: v[4] == int64(1)}
 			smp.Fence, _ = strconv.ParseInt(str(v[0]), 10, 64)
-			smp.Owner = str(v[1])
 			if ms, err := strconv.ParseInt(str(v[2]), 10, 64); err == nil {
 				smp.GrantedAt = time.UnixMilli(ms)
 			}
-			smp.PTTL = pt[i].Val()
+			if pttl, ok := v[3].(int64); ok {
+				smp.PTTL = time.Duration(pttl) * time.Millisecond
+			}
+			if top < 0 || smp.Fence > out[top].Fence {
+				top = len(out)
+			}
+			out = append(out, smp)
 		}
-		out = append(out, smp)
+		if top < 0 {
+			out = append(out, check.Sample{Lock: l, Sent: sent, Got: got})
+			continue
+		}
+		out[top].Top = true
 	}
 	s.mu.Lock()
 	s.samples = append(s.samples, out...)

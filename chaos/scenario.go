@@ -24,7 +24,7 @@ type scenario struct {
 }
 
 func scenarios() []scenario {
-	return []scenario{
+	return append([]scenario{
 		{name: "baseline"},
 		{name: "pubsub-kill", inject: killPubSub},
 		{name: "redis-kill", inject: killRedis(true)},
@@ -38,7 +38,7 @@ func scenarios() []scenario {
 		{name: "net-blackhole-short", proxied: true, inject: netBlackhole(false)},
 		{name: "net-blackhole-long", proxied: true, inject: netBlackhole(true)},
 		{name: "net-stranded", proxied: true, inject: netStranded},
-	}
+	}, clusterScenarios()...) // cluster.go
 }
 
 // every calls f every interval until ctx ends.
@@ -73,7 +73,8 @@ func killPubSub(ctx context.Context, r *trial) error {
 }
 
 // killRedis kills redis-server with SIGKILL and starts it again on the same port
-// and directory. Without persistence every lock is gone: the history gets a Loss
+// and directory, timing how soon each Baton process answers a 2xx once Redis
+// answers PING (watchRedisBack). Without persistence every lock is gone: the history gets a Loss
 // spanning the kill and the restart. With the AOF fsynced on every write nothing
 // acknowledged may be lost, and the history gets no Loss: a hold that vanished is
 // a violation.
@@ -82,6 +83,7 @@ func killRedis(loss bool) func(context.Context, *trial) error {
 		return every(ctx, r.cfg.redisEvery, func() error {
 			killed := time.Now()
 			r.top.redis.Kill()
+			back := r.watchRedisBack(r.top.redis.Addr())
 			time.Sleep(r.cfg.down)
 			restarted := time.Now()
 			err := r.top.redis.Restart()
@@ -89,9 +91,11 @@ func killRedis(loss bool) func(context.Context, *trial) error {
 				r.rec.Add(check.Op{Kind: check.Loss, Call: killed, Return: time.Now(), Outcome: check.OK, Client: -1})
 			}
 			if err != nil {
+				back()
 				return fmt.Errorf("restart redis: %w", err)
 			}
 			r.fault(killed, restarted, lostRedis, "redis-server killed")
+			r.redisBack(back())
 			return nil
 		})
 	}

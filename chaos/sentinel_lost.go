@@ -38,7 +38,8 @@ func (l lostTally) String() string {
 // the observation at its call. The hold is lost when, before its validity (less
 // Slack), the service acted as if it were not held: its holder's renewal,
 // re-entry, read or release answered 404 lease-not-held, or another lease of the
-// lock was granted (acquired_at on the Redis clock). Otherwise it is seen kept
+// lock was granted (acquired_at on the Redis clock) that could not stand beside
+// it (one of the two exclusive). Otherwise it is seen kept
 // when a request of its holder after the kill succeeded, else unobserved (and
 // counted as kept).
 func lostLocks(ops []check.Op, fos []failover, locks []string) lostTally {
@@ -113,8 +114,11 @@ func judgeHold(ops []check.Op, lease string, until time.Time, f failover) holdVe
 	// unknown outcome lowers the validity (had it happened, the lease would run
 	// at least ttl from its call); any release ends the observation at its call
 	// (a grant after it is a handoff), and one that succeeded shows the hold kept.
-	end, kept := until, false
+	end, kept, shared := until, false, false
 	for _, o := range ops {
+		if o.Lease == lease && o.Outcome == check.OK && (o.Kind == check.Acquire || o.Kind == check.Poll) {
+			shared = o.Shared
+		}
 		if o.Lease != lease || !o.Return.After(f.killed) {
 			continue
 		}
@@ -141,6 +145,7 @@ func judgeHold(ops []check.Op, lease string, until time.Time, f failover) holdVe
 		case o.Lease == lease && o.Outcome == check.NotHeld && o.Return.Before(limit):
 			return holdLost
 		case o.Lease != lease && o.Outcome == check.OK && (o.Kind == check.Acquire || o.Kind == check.Poll) &&
+			!(o.Shared && shared) && // shared holds coexist
 			!o.AcquiredAt.IsZero() && o.AcquiredAt.After(f.killed) && o.AcquiredAt.Before(limit):
 			return holdLost
 		}
@@ -246,7 +251,7 @@ func checkCanaries(r *trial, cs []canary, killed time.Time) canaryTally {
 					if try > 0 {
 						time.Sleep(100 * time.Millisecond) // a retry pause
 					}
-					_, op := c.get(x.name, x.lease)
+					_, op := c.get(x.name, x.lease, false)
 					verdict = op.Outcome
 				}
 				mu.Lock()

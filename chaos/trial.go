@@ -18,11 +18,13 @@ import (
 type trial struct {
 	cfg    *config
 	top    *topology
+	dir    string // the scenario's working directory
 	rec    check.Recorder
 	tal    tally
 	locks  []string                   // the workload's
 	race   []string                   // the races' (worker.race)
 	res    map[string]*check.Resource // one per lock
+	modes  map[string]lockMode        // the locks that take shared holds (workload.go)
 	probes int
 
 	samp   *sampler
@@ -32,6 +34,7 @@ type trial struct {
 	mu        sync.Mutex
 	faults    int
 	recovery  []time.Duration
+	back      []time.Duration // Redis kills: from PING answered to each Baton's first 2xx
 	faultErrs []string
 	spans     []check.Span  // the faults, each until the service recovered
 	crashes   []check.Crash // Baton processes killed with SIGKILL
@@ -79,6 +82,14 @@ func (r *trial) fault(start, end time.Time, imp impact, what string) {
 	r.recovery = append(r.recovery, d)
 }
 
+// redisBack records how long each Baton process took to answer a 2xx after a
+// killed Redis answered PING again (watchRedisBack).
+func (r *trial) redisBack(ds []time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.back = append(r.back, ds...)
+}
+
 // span records a stretch of time a fault disturbed the service. The watch
 // check gets more (afterPubSub).
 func (r *trial) span(from, to time.Time, imp impact, what string) {
@@ -114,6 +125,7 @@ type row struct {
 	requests      int64
 	answered      int64
 	recovery      []time.Duration
+	redisBack     []time.Duration // Redis kills: from PING answered to each Baton's first 2xx
 	faults        int
 	inconclusive  int      // locks whose check timed out: neither legal nor not
 	summary       string   // what happened, in a line
@@ -121,6 +133,7 @@ type row struct {
 
 	orphans check.OrphanResult
 	watches check.WatchResult
+	idem    check.IdemResult
 	hungUp  int64
 }
 
@@ -129,21 +142,24 @@ func runScenario(ctx context.Context, cfg *config, sc scenario, bin, dir string)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return row{}, err
 	}
-	env := append([]string{"BATON_TICKET_TTL=" + cfg.ticketTTL.String(), "BATON_FENCE_GUARD=" + cfg.fenceGuard.String()},
+	env := append([]string{"BATON_TICKET_TTL=" + cfg.ticketTTL.String(), "BATON_FENCE_GUARD=" + cfg.fenceGuard.String(),
+		"BATON_IDEMPOTENCY_GRACE=" + cfg.idemGrace.String()},
 		sc.batonEnv...)
-	top, err := startTopology(dir, bin, 2, sc.redisArgs, env, sc.proxied)
+	top, err := startTopology(dir, bin, topoOptions{batons: 2, redisArgs: sc.redisArgs, env: env, proxied: sc.proxied, scope: sc.name})
 	if err != nil {
 		return row{}, err
 	}
 	defer top.stop()
-	r := &trial{cfg: cfg, top: top, res: map[string]*check.Resource{},
+	r := &trial{cfg: cfg, top: top, dir: dir, res: map[string]*check.Resource{},
 		rng: rand.New(rand.NewPCG(cfg.seed, uint64(1<<32)))}
-	r.caller = caller{id: -2, cls: top.cls, bases: top.bases, rec: &r.rec, tal: &r.tal, pick: func() int { return 0 }}
+	r.caller = caller{id: -2, cls: top.cls, bases: top.bases, key: top.keys[runnerPrincipal], rec: &r.rec, tal: &r.tal,
+		pick: func() int { return 0 }}
 	for i := range cfg.locks {
 		name := sc.name + "-" + strconv.Itoa(i)
 		r.locks = append(r.locks, name)
 		r.res[name] = &check.Resource{}
 	}
+	r.modes = lockModes(r.locks)
 	for i := range raceLocks {
 		r.race = append(r.race, sc.name+"-race-"+strconv.Itoa(i))
 	}
@@ -155,13 +171,21 @@ func runScenario(ctx context.Context, cfg *config, sc scenario, bin, dir string)
 	if err := r.drive(ctx, sc); err != nil {
 		return row{}, fmt.Errorf("%s: %w", sc.name, err)
 	}
-	out := row{name: sc.name, faults: r.faults, recovery: r.recovery,
+	out := row{name: sc.name, faults: r.faults, recovery: r.recovery, redisBack: r.back,
 		requests: r.tal.requests.Load(), answered: r.tal.answered.Load(), hungUp: r.tal.hungUp.Load()}
 	for _, e := range r.faultErrs {
 		out.violations++
 		out.details = append(out.details, "did not recover: "+e)
 	}
 	out.details = append(out.details, r.notes...)
+	if p := quantile(r.back, 0.99); p > redisBackGoal {
+		out.details = append(out.details, fmt.Sprintf("Redis back to a 2xx: p99 %v, above the %v goal (not a violation)",
+			p.Round(time.Millisecond), redisBackGoal))
+	}
+	if n := int(r.tal.refused.outside.Load()); n > 0 {
+		out.violations += n
+		out.details = append(out.details, "legitimate requests refused: "+r.tal.refused.String())
+	}
 	if err := r.checkKeys(ctx, &out); err != nil {
 		return row{}, fmt.Errorf("%s: leak check: %w", sc.name, err)
 	}
@@ -182,7 +206,7 @@ func (r *trial) drive(ctx context.Context, sc scenario) error {
 		go func() { defer wg.Done(); w.run(wctx) }()
 	}
 	for i := range r.cfg.watchers {
-		w := newWatcher(r.cfg.clients+i, r.cfg, r.top.cls, &r.rec, &r.tal, append(r.locks[:len(r.locks):len(r.locks)], r.race...))
+		w := newWatcher(r.cfg.clients+i, r.cfg, r.top.clientsOf(watchPrincipal), &r.rec, &r.tal, append(r.locks[:len(r.locks):len(r.locks)], r.race...))
 		wg.Add(1)
 		go func() { defer wg.Done(); w.run(wctx) }()
 	}
@@ -205,7 +229,7 @@ func (r *trial) drive(ctx context.Context, sc scenario) error {
 // the resources into out.
 func (r *trial) judge(out *row, dir string, samples []check.Sample, stalls []check.Span) {
 	ops := r.rec.Ops()
-	grants, unknown, losses := 0, 0, 0
+	grants, shared, unknown, losses := 0, 0, 0, 0
 	for _, o := range ops {
 		switch {
 		case o.Kind == check.Loss:
@@ -218,6 +242,9 @@ func (r *trial) judge(out *row, dir string, samples []check.Sample, stalls []che
 			out.details = append(out.details, "answer outside the contract: "+o.String())
 		case o.Outcome == check.OK && (o.Kind == check.Acquire || o.Kind == check.Poll):
 			grants++
+			if o.Shared {
+				shared++
+			}
 		}
 		out.ops++
 	}
@@ -271,19 +298,22 @@ func (r *trial) judge(out *row, dir string, samples []check.Sample, stalls []che
 		out.details = append(out.details, l.String())
 	}
 	out.violations += len(out.watches.Late)
-	out.summary = fmt.Sprintf("%d faults (%d with data loss), %d grants, %d outcomes unknown (%d hung up), %d writes accepted; "+
+	out.idem = check.Idempotency(ops, samples, r.cfg.idemGrace)
+	out.violations += len(out.idem.Wrong)
+	out.details = append(out.details, out.idem.Wrong...)
+	out.summary = fmt.Sprintf("%d faults (%d with data loss), %d grants (%d shared), %d outcomes unknown (%d hung up), %d writes accepted; "+
 		"porcupine checked %d operations over %d locks in %v; %d holds nobody knew of, %d orphans; "+
 		"%d hung-up requests answered with a grant; "+
-		"%d watches judged (%d late only by the runner's own stalls, %d excused by faults, %d errors); the runner stalled %d times, %v in all",
-		r.faults, losses, grants, unknown, out.hungUp, writes, res.Checked, res.Locks, took.Round(time.Millisecond),
+		"%d watches judged (%d late only by the runner's own stalls, %d excused by faults, %d errors); %s; the runner stalled %d times, %v in all",
+		r.faults, losses, grants, shared, unknown, out.hungUp, writes, res.Checked, res.Locks, took.Round(time.Millisecond),
 		out.orphans.Unknown, out.orphans.Count(), out.orphans.Answered, out.watches.Judged, out.watches.Stalled, out.watches.Excused, out.watches.Errors,
-		len(stalls), total(stalls).Round(time.Millisecond))
+		&r.tal.refused, len(stalls), total(stalls).Round(time.Millisecond))
 	if r.cfg.keep || out.violations > 0 || out.staleAccepted > 0 || out.inconclusive > 0 || out.orphans.Count() > 0 {
 		p := filepath.Join(dir, "history.txt")
 		if err := writeHistory(p, ops); err == nil {
 			out.details = append(out.details, "full history: "+p)
 		}
-		if out.orphans.Count() > 0 || len(out.watches.Late) > 0 || r.cfg.keep {
+		if out.orphans.Count() > 0 || len(out.watches.Late) > 0 || len(out.idem.Wrong) > 0 || r.cfg.keep {
 			p := filepath.Join(dir, "samples.txt")
 			if err := writeSamples(p, samples); err == nil {
 				out.details = append(out.details, "the sampler's readings: "+p)
@@ -337,8 +367,12 @@ func writeSamples(path string, samples []check.Sample) error {
 	}
 	for _, s := range samples {
 		if s.Held {
-			fmt.Fprintf(f, "%s %-14s fence=%d owner=%s granted=%s pttl=%v (read by %s)\n", s.Sent.Format("15:04:05.000000"),
-				s.Lock, s.Fence, s.Owner, s.GrantedAt.Format("15:04:05.000"), s.PTTL, s.Got.Format("15:04:05.000000"))
+			mode := "exclusive"
+			if s.Shared {
+				mode = "shared"
+			}
+			fmt.Fprintf(f, "%s %-14s fence=%d %s owner=%s granted=%s pttl=%v (read by %s)\n", s.Sent.Format("15:04:05.000000"),
+				s.Lock, s.Fence, mode, s.Owner, s.GrantedAt.Format("15:04:05.000"), s.PTTL, s.Got.Format("15:04:05.000000"))
 		}
 	}
 	return f.Close()

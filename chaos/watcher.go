@@ -33,6 +33,7 @@ func (w *watcher) run(ctx context.Context) {
 		sctx, cancel := context.WithTimeout(ctx, opSlack)
 		st, err := w.cls[w.rng.IntN(len(w.cls))].State(sctx, name)
 		cancel()
+		w.tal.refused.note(err, false)
 		if err != nil || !st.Held {
 			// Nothing announces that a lock was taken: look again soon.
 			time.Sleep(5*time.Millisecond + time.Duration(w.rng.Int64N(int64(15*time.Millisecond))))

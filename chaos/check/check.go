@@ -41,9 +41,10 @@ func (v Violation) String() string {
 // An Acquire's grant happened during the request. A ticket's can have happened at
 // any moment since the ticket was asked for (a release or an expiry hands the lock
 // on while the waiter is not looking); its acquired_at, on the Redis clock,
-// narrows that to a moment, within Slack.
+// narrows that to a moment, within Slack. A retried Acquire's (same
+// Idempotency-Key) can have happened since its first try.
 func GrantWindow(o Op) (from, to time.Time) {
-	if o.Kind != Poll {
+	if o.Kind != Poll && o.TicketCall.IsZero() {
 		return o.Call, o.Return
 	}
 	from, to = o.TicketCall, o.Return
@@ -60,7 +61,8 @@ func GrantWindow(o Op) (from, to time.Time) {
 	return from, to
 }
 
-// Check checks each lock's history in ops; Loss operations belong to every lock.
+// Check checks each lock's history in ops; Loss operations belong to their lock,
+// or, without one, to every lock.
 // Each lock's check gets at most timeout (0: none). dir, when not empty, receives
 // an HTML visualization of each violation.
 func Check(ops []Op, timeout time.Duration, dir string) Result {
@@ -78,8 +80,10 @@ func Check(ops []Op, timeout time.Duration, dir string) Result {
 	var losses []Op
 	for _, o := range ops {
 		switch {
-		case o.Kind == Loss:
+		case o.Kind == Loss && o.Lock == "":
 			losses = append(losses, o)
+		case o.Kind == Loss:
+			byLock[o.Lock] = append(byLock[o.Lock], o)
 		case relevant(o):
 			byLock[o.Lock] = append(byLock[o.Lock], o)
 		}
@@ -132,22 +136,30 @@ func relevant(o Op) bool {
 }
 
 // operations turns one lock's operations into porcupine's, times in µs since base.
-// A lease granted twice (a retried ticket poll) is a grant and then a read.
+// A hold granted twice (a retried ticket poll, a replayed Idempotency-Key) is a
+// grant and then a read. A hold is a lease and its fence: after Redis lost its
+// data, a retry with the same Idempotency-Key is a new hold with the same
+// (derived) lease id and a new fence.
 func operations(ops []Op, base time.Time) []porcupine.Operation {
 	us := func(t time.Time) int64 { return t.UnixMicro() - base.UnixMicro() }
-	granted := map[string]bool{}
+	type leaseFence struct {
+		lease string
+		fence int64
+	}
+	granted := map[leaseFence]bool{}
 	h := make([]porcupine.Operation, 0, len(ops))
 	for i, o := range ops {
 		in := &input{kind: o.Kind, outcome: o.Outcome, lease: o.Lease, fence: o.Fence, count: o.Count,
-			released: o.Released, call: us(o.Call), ret: us(o.Return), ttl: o.TTL.Microseconds(), idx: i}
+			released: o.Released, shared: o.Shared, limit: o.Limit, call: us(o.Call), ret: us(o.Return),
+			ttl: o.TTL.Microseconds(), idx: i}
 		if !o.ExpiresAt.IsZero() {
 			in.expires = us(o.ExpiresAt)
 		}
 		if o.Kind == Acquire || o.Kind == Poll {
-			if granted[o.Lease] {
+			if lf := (leaseFence{o.Lease, o.Fence}); granted[lf] {
 				in.kind = Get
 			} else {
-				granted[o.Lease] = true
+				granted[lf] = true
 				from, to := GrantWindow(o)
 				in.call, in.ret = us(from), us(to)
 			}

@@ -1,6 +1,7 @@
 // Package check records what clients of Baton did and saw, and checks it: each
 // lock's history against a porcupine model of a fenced, reentrant lock with
-// leases that expire, and every holder's writes against a fenced resource.
+// leases that expire and shared holds (read-write locks, semaphores), and every
+// exclusive holder's writes against a fenced resource.
 //
 // Times are wall-clock readings (time.Now) of the test process. Redis keeps lease
 // time on the same machine's wall clock (PEXPIRE, TIME), so a lease's expires_at
@@ -34,8 +35,10 @@ const (
 	// Cancel is a DELETE of a ticket.
 	Cancel
 	// Loss is not a request: Redis lost its data (killed and restarted without
-	// persistence) at some moment between Call and Return. Every hold may vanish
-	// there; fences must still increase.
+	// persistence, or a failover that lost writes) at some moment between Call
+	// and Return. Every hold may vanish there; fences must still increase. A
+	// Loss with a Lock concerns that lock alone (a cluster shard's locks); one
+	// without, every lock.
 	Loss
 	// Watch is a GET of the lock's state with wait_ms and fence: it must return
 	// soon after the lock stops being held with Fence (Watches). The model
@@ -67,24 +70,37 @@ const (
 	// Invalid is a 400 or an answer outside the contract: a bug in the workload or
 	// the server, reported as such.
 	Invalid
+	// Used is a 409 idempotency-key-used: an earlier request with the same
+	// Idempotency-Key made a hold or a ticket that has ended since.
+	Used
 )
 
-var outcomeNames = [...]string{"ok", "not-held", "busy", "queued", "gone", "unknown", "invalid"}
+var outcomeNames = [...]string{"ok", "not-held", "busy", "queued", "gone", "unknown", "invalid", "key-used"}
 
 func (o Outcome) String() string { return outcomeNames[o] }
 
 // Op is one operation of a history.
 type Op struct {
-	Client  int
-	Lock    string
-	Kind    Kind
-	Lease   string        // the lease the operation names, or the one it was granted
-	Ticket  string        // Poll and Cancel: the ticket; a fair Acquire: the ticket it got
-	TTL     time.Duration // the ttl asked for (Acquire, Reenter, Renew)
-	Wait    time.Duration // the wait asked for (Watch)
-	Call    time.Time
-	Return  time.Time
-	Outcome Outcome
+	Client int
+	Lock   string
+	Kind   Kind
+	Lease  string        // the lease the operation names, or the one it was granted
+	Ticket string        // Poll and Cancel: the ticket; a fair Acquire: the ticket it got
+	TTL    time.Duration // the ttl asked for (Acquire, Reenter, Renew)
+	// Shared is, for an Acquire, whether it asked for a shared hold, under
+	// Limit (0: none); for a lease answer, the hold's mode as answered.
+	Shared bool
+	Limit  int
+	// IdemKey is the Idempotency-Key an Acquire carried ("" for none); Try
+	// numbers the tries of one key from 1; Replayed marks an answer that said
+	// Idempotent-Replayed.
+	IdemKey  string
+	Try      int
+	Replayed bool
+	Wait     time.Duration // the wait asked for (Watch)
+	Call     time.Time
+	Return   time.Time
+	Outcome  Outcome
 
 	// Owner is the owner label an Acquire sent, unique to the request; a Poll or
 	// Cancel carries its ticket's. A hold in Redis names its request by it
@@ -106,7 +122,9 @@ type Op struct {
 	AcquiredAt time.Time // lease answers: when it was granted, by the Redis clock
 
 	// TicketCall is, for a Poll, when the ticket was asked for: a grant to the
-	// ticket can have happened at any moment since.
+	// ticket can have happened at any moment since. For a retried Acquire (Try
+	// above 1), when the key's first try was called: the grant the retry
+	// answers with may have been made by any try.
 	TicketCall time.Time
 	Detail     string // the error, for the log
 }
@@ -122,6 +140,15 @@ func (o Op) String() string {
 	}
 	if o.Owner != "" {
 		fmt.Fprintf(&b, " owner=%s", o.Owner)
+	}
+	if o.Shared {
+		fmt.Fprintf(&b, " shared limit=%d", o.Limit)
+	}
+	if o.IdemKey != "" {
+		fmt.Fprintf(&b, " key=%s try=%d", short(o.IdemKey), o.Try)
+		if o.Replayed {
+			b.WriteString(" replayed")
+		}
 	}
 	if o.Lease != "" {
 		fmt.Fprintf(&b, " lease=%s", short(o.Lease))

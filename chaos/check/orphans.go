@@ -7,12 +7,17 @@ import (
 	"time"
 )
 
-// Sample is one reading of a lock's hash in Redis (the runner's sampler): who
-// held the lock at some moment between Sent and Got.
+// Sample is one reading of a hold in Redis (the runner's sampler): who held the
+// lock at some moment between Sent and Got. A reading of a lock with several
+// (shared) holds is a Sample per hold, the one with the highest fence (the
+// lock's state shows it) marked Top; a reading of a free lock is one Sample,
+// not Held.
 type Sample struct {
 	Lock      string
 	Sent, Got time.Time
 	Held      bool
+	Top       bool // the hold with the lock's highest fence in this reading
+	Shared    bool
 	Fence     int64
 	Owner     string        // the owner label of the request the hold was granted to
 	GrantedAt time.Time     // the hold's grant time, on the Redis clock (ms)

@@ -8,7 +8,7 @@ import (
 // held is a sampler reading at ms(at) showing the lock held with fence, granted
 // at ms(granted) to owner.
 func held(at int, fence int64, owner string, granted int) Sample {
-	return Sample{Lock: "l", Sent: ms(at), Got: ms(at + 1), Held: true, Fence: fence, Owner: owner,
+	return Sample{Lock: "l", Sent: ms(at), Got: ms(at + 1), Held: true, Top: true, Fence: fence, Owner: owner,
 		GrantedAt: ms(granted), PTTL: time.Second}
 }
 

@@ -50,9 +50,13 @@ func (r WatchResult) Quantile(q float64) time.Duration {
 // first).
 //
 // The moment of the change is taken as the earliest of these upper bounds, each
-// a time by which the lock was certainly no longer held with fence F:
+// a time by which the lock was certainly no longer held with fence F as its
+// highest (a watch returns on any change of the holds):
 //   - the return of a release of F that freed the lock (count 0);
-//   - the grant time (acquired_at, Redis clock, + 1 ms) of any later fence;
+//   - the grant time (acquired_at, Redis clock, + 1 ms) of any later fence,
+//     but for a shared hold granted before the watch was called beside F's
+//     (unless F's is known to be exclusive): that one may have ended by then,
+//     and F be the highest again;
 //   - the end of F's lease (its latest expires_at + 1 ms), when every renewal
 //     and re-entry of the lease has a known outcome;
 //   - the first sampler reading (its Got) taken after the watch's call that
@@ -84,14 +88,21 @@ func Watches(ops []Op, samples []Sample, bound time.Duration, spans, stalls []Sp
 		}
 	}
 	readings := map[string][]Sample{}
+	modes := map[lockFence]bool{} // the holds read, by lock and fence: shared or not
 	for _, s := range samples {
-		readings[s.Lock] = append(readings[s.Lock], s)
+		if s.Held {
+			modes[lockFence{s.Lock, s.Fence}] = s.Shared
+		}
+		if !s.Held || s.Top { // the lock as its state shows it: its highest fence
+			readings[s.Lock] = append(readings[s.Lock], s)
+		}
 	}
 	for _, ss := range readings {
 		sort.Slice(ss, func(i, j int) bool { return ss[i].Sent.Before(ss[j].Sent) })
 	}
 	for _, w := range watches {
-		change, why := changeOf(byLock[w.Lock], readings[w.Lock], w)
+		shared, read := modes[lockFence{w.Lock, w.Fence}]
+		change, why := changeOf(byLock[w.Lock], readings[w.Lock], w, read && !shared)
 		if change.IsZero() || change.After(w.Return) {
 			continue // the lock did not change while it waited: it ran its wait out
 		}
@@ -116,9 +127,16 @@ func Watches(ops []Op, samples []Sample, bound time.Duration, spans, stalls []Sp
 	return res
 }
 
+// lockFence names a hold.
+type lockFence struct {
+	lock  string
+	fence int64
+}
+
 // changeOf is the earliest upper bound on the moment w's lock stopped being held
-// with w.Fence, and what shows it; zero when nothing does.
-func changeOf(ops []Op, readings []Sample, w Op) (time.Time, string) {
+// with w.Fence, and what shows it; zero when nothing does. exclusive: the
+// sampler read F's hold as an exclusive one.
+func changeOf(ops []Op, readings []Sample, w Op, exclusive bool) (time.Time, string) {
 	var at time.Time
 	var why string
 	consider := func(t time.Time, what string) {
@@ -127,6 +145,13 @@ func changeOf(ops []Op, readings []Sample, w Op) (time.Time, string) {
 		}
 	}
 	f := w.Fence
+	// F's hold may be known to be exclusive by an answer too (a hold nobody
+	// was told of is known by readings only).
+	for _, o := range ops {
+		if (o.Kind == Acquire || o.Kind == Poll) && o.Outcome == OK && o.Fence == f {
+			exclusive = !o.Shared
+		}
+	}
 	var lease string
 	for _, o := range ops {
 		switch {
@@ -136,6 +161,11 @@ func changeOf(ops []Op, readings []Sample, w Op) (time.Time, string) {
 			t := o.Return
 			if !o.AcquiredAt.IsZero() {
 				t = minTime(t, o.AcquiredAt.Add(time.Millisecond))
+			}
+			if !exclusive && o.Shared && t.Before(w.Call) {
+				// A shared hold granted beside F's before the watch: it may have
+				// ended by the call, and F be the lock's highest fence again.
+				continue
 			}
 			consider(t, fmt.Sprintf("fence %d granted", o.Fence))
 		case (o.Kind == Acquire || o.Kind == Poll) && o.Outcome == OK && o.Fence == f:

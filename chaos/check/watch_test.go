@@ -76,6 +76,18 @@ func TestWatches(t *testing.T) {
 			judged: 0,
 		},
 		{
+			name: "a shared hold beside the watched one, ended before the call",
+			ops: []Op{sgrant(1, "A", 10, 0, 5, 5000, 0), sgrant(2, "B", 11, 10, 15, 5000, 0),
+				release(2, "B", 11, 20, 25, 0), watch(10, 30, 1030)},
+			judged: 0,
+		},
+		{
+			name: "a shared hold granted beside the watched one while it waits",
+			ops: []Op{sgrant(1, "A", 10, 0, 5, 5000, 0), watch(10, 30, 300),
+				sgrant(2, "B", 11, 100, 105, 5000, 0)},
+			judged: 1, late: 1,
+		},
+		{
 			name:   "a change before the call: the watch answers at once",
 			ops:    []Op{a, release(1, "A", 10, 10, 15, 0), watch(10, 20, 200)},
 			judged: 1, late: 1,
