@@ -88,6 +88,8 @@ type Store struct {
 	closed bool // guarded by gate
 
 	shutdown     chan struct{}
+	stopped      context.Context // ends with shutdown: waits hear of it through context.AfterFunc
+	stop         context.CancelFunc
 	shutdownOnce sync.Once
 	closeOnce    sync.Once
 	unackedLog   atomic.Int64 // unix ms of the last unacknowledged-WAIT warning
@@ -276,6 +278,7 @@ func New(rdb redis.UniversalClient, opt Options) *Store {
 		clean:         newCleaner(),
 		shutdown:      make(chan struct{}),
 	}
+	s.stopped, s.stop = context.WithCancel(context.Background())
 	s.disp = newDispatcher(rdb, s.pokeLock, opt.Logger, s.m)
 	go s.runCleaner()
 	go s.runClock()
@@ -338,7 +341,7 @@ func (s *Store) scripts() []*redis.Script {
 // Shutdown ends every long-poll now with its normal "still waiting" answer, and
 // makes new ones return at once. Short requests keep working until Close.
 func (s *Store) Shutdown() {
-	s.shutdownOnce.Do(func() { close(s.shutdown) })
+	s.shutdownOnce.Do(func() { close(s.shutdown); s.stop() })
 }
 
 // Close shuts down, waits for the Redis calls in flight to end (each is bounded
