@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"fmt"
+	"runtime/debug"
 	"sync"
 	"time"
 )
@@ -26,6 +28,7 @@ const (
 // see them once the step is done.
 type eventWait struct {
 	step func(event) bool // handles the events that came; true once the wait is over
+	fail func(error)      // ends the wait with an error: a step panicked
 
 	mu      sync.Mutex
 	pending event
@@ -49,8 +52,8 @@ func (e *eventWait) wake() { e.fire(evSignal) }
 // steps already due (the dispatcher wakes a waiter at once when its channel is
 // subscribed already) on the calling goroutine: a wait that its first look
 // settles has answered when start returns, as the select loop did.
-func (e *eventWait) start(s *Store, ctx context.Context, d time.Duration, step func(event) bool) {
-	e.step = step
+func (e *eventWait) start(s *Store, ctx context.Context, d time.Duration, step func(event) bool, fail func(error)) {
+	e.step, e.fail = step, fail
 	e.timer = time.AfterFunc(d, func() { e.fire(evDeadline) })
 	e.stopGone = context.AfterFunc(ctx, func() { e.fire(evGone) })
 	e.stopShutdown = context.AfterFunc(s.stopped, func() { e.fire(evShutdown) })
@@ -76,6 +79,7 @@ func (e *eventWait) fire(ev event) {
 
 // run hands the pending events to step until none is left or the wait is over.
 func (e *eventWait) run() {
+	defer e.recover()
 	for {
 		e.mu.Lock()
 		ev := e.pending
@@ -90,6 +94,24 @@ func (e *eventWait) run() {
 			return
 		}
 	}
+}
+
+// recover answers a wait whose step panicked with the error the recoverer
+// middleware made of a panic in a handler, which ran the wait before: an
+// internal error, logged with its stack. A panic in the answer's callback is
+// not the wait's to hide.
+func (e *eventWait) recover() {
+	v := recover()
+	if v == nil {
+		return
+	}
+	e.mu.Lock()
+	over := e.over
+	e.mu.Unlock()
+	if over {
+		panic(v)
+	}
+	e.fail(fmt.Errorf("panic: %v\n%s", v, debug.Stack()))
 }
 
 // end stops the wait's timer and callbacks: events after it are dropped. A step

@@ -33,7 +33,7 @@ func (s *Store) awaitTicket(ctx context.Context, t ticketWait, until time.Time, 
 	}
 	ta := &ticketAwait{s: s, ctx: ctx, t: t, until: until, f: f, enqueue: t.enqueue, ev: newEventWait()}
 	ta.w = s.disp.add(t.name, s.channel(t.name), kindTicket, t.th, false, ta.ev.wake)
-	ta.ev.start(s, ctx, time.Until(until), ta.step)
+	ta.ev.start(s, ctx, time.Until(until), ta.step, func(err error) { ta.finish(PollResult{}, err) })
 }
 
 func (ta *ticketAwait) step(ev event) bool {

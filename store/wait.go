@@ -43,7 +43,7 @@ func (s *Store) waitLock(ctx context.Context, r AcquireRequest, ids requestIDs, 
 	}
 	lw := &lockWait{s: s, ctx: ctx, r: r, ids: ids, held: held, f: f, ev: newEventWait()}
 	lw.w = s.disp.add(r.Name, s.channel(r.Name), kindAcquire, ids.lh, r.Shared, lw.ev.wake)
-	lw.ev.start(s, ctx, r.Wait, lw.step)
+	lw.ev.start(s, ctx, r.Wait, lw.step, func(err error) { lw.forward = true; lw.finish(AcquireResult{}, err) })
 }
 
 func (lw *lockWait) step(ev event) bool {

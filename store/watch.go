@@ -34,7 +34,7 @@ func (s *Store) WatchFunc(ctx context.Context, name string, fence *int64, wait t
 	}
 	sw := &stateWatch{s: s, ctx: ctx, name: name, fence: st.Fence, holders: st.Holders, f: f, ev: newEventWait()}
 	sw.w = s.disp.add(name, s.channel(name), kindWatch, "", false, sw.ev.wake)
-	sw.ev.start(s, ctx, wait, sw.step)
+	sw.ev.start(s, ctx, wait, sw.step, func(err error) { sw.finish(State{}, err) })
 }
 
 // stateWatch is a watch's wait (WatchFunc).
