@@ -44,11 +44,15 @@ func (s *Store) AcquireFunc(ctx context.Context, r AcquireRequest, f func(Acquir
 		f(AcquireResult{}, err)
 		return
 	}
+	if ids.member == "" {
+		s.acquire1(ctx, r, ids, f)
+		return
+	}
+	u := ids.undo(r.Name)
 	s.acquire1(ctx, r, ids, func(res AcquireResult, err error) {
-		if ids.member != "" && (res.Lease != nil || res.Ticket != nil) && !s.sessionAlive(ctx, r) {
+		if (res.Lease != nil || res.Ticket != nil) && !s.sessionAlive(ctx, r) {
 			// The session ended (a DELETE) between the member joining and the grant:
 			// what was made for it must not outlive it.
-			u := ids.undo(r.Name)
 			u.keep = false
 			s.undo(u)
 			f(AcquireResult{}, ErrSessionNotFound)
