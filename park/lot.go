@@ -235,3 +235,11 @@ func (l *Lot) isClosed() bool {
 	defer l.mu.Unlock()
 	return l.closed
 }
+
+// Held is how many connections the lot holds: parked, or idle after their
+// answer.
+func (l *Lot) Held() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.spots)
+}
