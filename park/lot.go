@@ -114,19 +114,16 @@ func (l *Lot) Park(w http.ResponseWriter, r *http.Request, bodyRead bool, since 
 		l.mu.Unlock()
 		return nil, ErrNotParked
 	}
-	l.token++
-	s := &Spot{lot: l, fd: fd, token: l.token, q: requestOf(r), header: flat(w.Header()), gone: gone}
-	l.spots[s.token] = s
-	l.parked.Add(1)
+	l.parked.Add(1) // under mu, before Shutdown's Wait: it sets closed under mu first
 	l.mu.Unlock()
 
 	hc, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
-		l.drop(s)
 		l.parked.Done()
 		return nil, ErrNotParked
 	}
-	s.conn = bare(hc)
+	// The spot is complete before Close or the poller can see it.
+	s := &Spot{lot: l, fd: fd, q: requestOf(r), header: flat(w.Header()), gone: gone, conn: bare(hc)}
 	if l.cfg.WriteTimeout > 0 {
 		s.deadline = since.Add(l.cfg.WriteTimeout)
 	}
@@ -134,8 +131,25 @@ func (l *Lot) Park(w http.ResponseWriter, r *http.Request, bodyRead bool, since 
 		s.prefix, _ = brw.Reader.Peek(n)
 		s.prefix = append([]byte(nil), s.prefix...)
 	}
-	if err := l.p.watch(fd, s.token, false, true); err != nil {
+	l.mu.Lock()
+	if l.stopped { // Close ran meanwhile: as if it had abandoned the spot
+		l.mu.Unlock()
+		s.state = ended
+		_ = s.conn.Close()
+		gone()
+		return s, nil
+	}
+	l.token++
+	s.token = l.token
+	s.mu.Lock() // until it is watched: Close and the poller wait for it
+	l.spots[s.token] = s
+	l.mu.Unlock()
+	err = l.p.watch(fd, s.token, false, true)
+	if err != nil {
 		s.hungUp = true // nothing could tell when the client goes: take it as gone
+	}
+	s.mu.Unlock()
+	if err != nil {
 		gone()
 	}
 	return s, nil

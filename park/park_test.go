@@ -397,3 +397,32 @@ func awaitHeld(t *testing.T, lot *park.Lot, n int) {
 		time.Sleep(5 * time.Millisecond) // the lot announces nothing
 	}
 }
+
+// Close while requests are parking: each one either is not parked, or is
+// parked and told its client is gone; none is left watched or half made.
+func TestCloseWhileParking(t *testing.T) {
+	s := newLotServer(t, park.Config{IdleTimeout: time.Minute}, false)
+	const n = 40
+	for i := range n {
+		c := s.dial()
+		go func() { _, _ = io.WriteString(c, fmt.Sprintf("GET /park?id=r%d HTTP/1.1\r\nHost: x\r\n\r\n", i)) }()
+	}
+	<-s.came // one has parked: close while the others come in
+	s.lot.Close()
+	s.mu.Lock()
+	parked := make([]*parkedReq, 0, len(s.parked))
+	for _, p := range s.parked {
+		parked = append(parked, p)
+	}
+	s.mu.Unlock()
+	for _, p := range parked {
+		select {
+		case <-p.gone:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a request parked before Close was not told its client is gone")
+		}
+	}
+	if n := s.lot.Held(); n != 0 {
+		t.Fatalf("lot holds %d connections after Close", n)
+	}
+}
