@@ -33,6 +33,7 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
 	if info, _ := r.Context().Value(reqInfoKey{}).(*reqInfo); info != nil {
 		sum := sha256.Sum256(bytes.TrimSpace(data)) // what an Idempotency-Key's retry must send again
 		info.bodySum = hex.EncodeToString(sum[:])
+		info.bodyRead = true
 	}
 	if len(bytes.TrimSpace(data)) == 0 {
 		return nil

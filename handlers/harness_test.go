@@ -28,6 +28,7 @@ import (
 	"github.com/batonhq/baton/handlers"
 	"github.com/batonhq/baton/internal/redistest"
 	"github.com/batonhq/baton/metrics"
+	"github.com/batonhq/baton/park"
 	"github.com/batonhq/baton/store"
 )
 
@@ -114,6 +115,7 @@ type env struct {
 	Guard    *auth.Guard  // keys mode only
 	KeysFile string       // keys mode only
 	Handler  http.Handler // the server's handler, for requests from other peers
+	Lot      *park.Lot    // where long-polls park; nil with NoPark
 }
 
 // envOptions tune newEnv; zero values are the defaults of API.md.
@@ -129,6 +131,9 @@ type envOptions struct {
 	Keys             string
 	Protected        bool // protected mode: loopback peers only
 	IdempotencyGrace time.Duration
+	// NoPark serves every long-poll on net/http's goroutine, as without a lot
+	// (cmd/server's BATON_PARK=off, or a platform without epoll).
+	NoPark bool
 }
 
 var prefixSeq atomic.Int64
@@ -179,14 +184,29 @@ func newEnv(t *testing.T, o envOptions) *env {
 			t.Fatal(err)
 		}
 	}
-	h := handlers.NewServer(handlers.Deps{Store: st, Limits: o.Limits, Logger: log, Metrics: m, Spec: api.Spec, Guard: guard})
-	srv := httptest.NewServer(h)
+	// Wired as cmd/server wires it: waiting long-polls park (package park).
+	var lot *park.Lot
+	if !o.NoPark {
+		if lot, err = park.New(park.Config{IdleTimeout: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := handlers.NewServer(handlers.Deps{Store: st, Limits: o.Limits, Logger: log, Metrics: m, Spec: api.Spec, Guard: guard, Lot: lot})
+	srv := httptest.NewUnstartedServer(h)
+	if lot != nil {
+		srv.Config.Handler, srv.Config.ConnContext = lot.Handler(h), lot.ConnContext
+		srv.Listener = lot.Listen(srv.Listener)
+	}
+	srv.Start()
 	e := &env{t: t, URL: srv.URL, Store: st, Redis: inspect, Server: o.Redis, Prefix: o.Prefix,
 		Logs: logs, Metrics: m, client: &http.Client{Timeout: 90 * time.Second}, Guard: guard, KeysFile: keysFile,
-		Handler: h}
+		Handler: h, Lot: lot}
 	t.Cleanup(func() {
 		st.Shutdown()
 		srv.Close()
+		if lot != nil {
+			lot.Close()
+		}
 		_ = st.Close()
 		_ = rdb.Close()
 		if t.Failed() {

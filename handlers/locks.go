@@ -1,8 +1,11 @@
 package handlers
 
 import (
+	"context"
 	"fmt"
 	"net/http"
+
+	"github.com/rs/zerolog"
 
 	"github.com/batonhq/baton/store"
 )
@@ -24,31 +27,33 @@ func (s *server) acquire() http.Handler {
 		if applied != "" {
 			w.Header().Set("Preference-Applied", applied)
 		}
-		release, err := waitSlot(r, ar.Wait)
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		defer release()
-		res, err := s.store.Acquire(r.Context(), ar)
-		if err == nil {
-			replayed(w, res.Replayed)
-		}
-		switch {
-		case err != nil:
-			s.fail(w, r, err)
-		case res.Ticket != nil:
-			v := viewTicket(res.Ticket)
-			w.Header().Set("Location", v.URL)
-			writeJSON(w, http.StatusAccepted, v)
-		case res.Reentered:
-			writeJSON(w, http.StatusOK, viewLease(res.Lease))
-		default:
-			v := viewLease(res.Lease)
-			w.Header().Set("Location", v.URL)
-			writeJSON(w, http.StatusCreated, v)
-		}
+		s.serveWait(w, r, ar.Wait, func(ctx context.Context, done func(reply)) {
+			s.store.AcquireFunc(ctx, ar, func(res store.AcquireResult, err error) {
+				done(func(w http.ResponseWriter, log *zerolog.Logger) { writeAcquired(w, log, res, err) })
+			})
+		})
 	})
+}
+
+// writeAcquired answers an acquire: grant (201), re-entry (200), queued (202).
+func writeAcquired(w http.ResponseWriter, log *zerolog.Logger, res store.AcquireResult, err error) {
+	if err == nil {
+		replayed(w, res.Replayed)
+	}
+	switch {
+	case err != nil:
+		writeError(w, log, err)
+	case res.Ticket != nil:
+		v := viewTicket(res.Ticket)
+		w.Header().Set("Location", v.URL)
+		writeJSON(w, http.StatusAccepted, v)
+	case res.Reentered:
+		writeJSON(w, http.StatusOK, viewLease(res.Lease))
+	default:
+		v := viewLease(res.Lease)
+		w.Header().Set("Location", v.URL)
+		writeJSON(w, http.StatusCreated, v)
+	}
 }
 
 // acquireBody is the body of POST /v1/locks/{name}.
@@ -136,18 +141,17 @@ func (s *server) state() http.Handler {
 			return
 		}
 		p.apply(w)
-		release, err := waitSlot(r, p.wait)
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		defer release()
-		st, err := s.store.Watch(r.Context(), name, p.fence, p.wait)
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		writeJSON(w, http.StatusOK, viewState(st))
+		s.serveWait(w, r, p.wait, func(ctx context.Context, done func(reply)) {
+			s.store.WatchFunc(ctx, name, p.fence, p.wait, func(st store.State, err error) {
+				done(func(w http.ResponseWriter, log *zerolog.Logger) {
+					if err != nil {
+						writeError(w, log, err)
+						return
+					}
+					writeJSON(w, http.StatusOK, viewState(st))
+				})
+			})
+		})
 	})
 }
 

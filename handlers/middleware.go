@@ -68,28 +68,49 @@ func (s *server) observe(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
-		r, info := withInfo(r)
+		r, info := withInfo(r, start)
 		next.ServeHTTP(ww, r)
-		route := chi.RouteContext(r.Context()).RoutePattern()
-		if route == "" {
-			route = "unmatched"
+		if info.parked {
+			return // its answer is still to come: serveWait records it then
 		}
 		code := ww.Status()
 		if code == 0 {
 			code = http.StatusOK // nothing written: net/http answers 200
 		}
-		method, status := methodLabel(r.Method), strconv.Itoa(code)
-		elapsed := time.Since(start)
-		s.m.Requests.WithLabelValues(route, method, status, info.principal).Inc()
-		s.m.Duration.WithLabelValues(route, method, status).Observe(elapsed.Seconds())
-		ev := s.log.Info()
-		if sc := trace.SpanContextFromContext(r.Context()); sc.IsValid() {
-			ev = ev.Str("trace_id", sc.TraceID().String())
-		}
-		ev.Str("request_id", w.Header().Get("X-Request-Id")).
-			Str("method", logMethod(r.Method)).Str("route", route).Int("status", code).Str("principal", info.principal).
-			Int("bytes", ww.BytesWritten()).Dur("duration", elapsed).Msg("request")
+		s.record(w.Header().Get("X-Request-Id"), traceIDOf(r.Context()), r.Method, routeOf(r), info.principal, code, ww.BytesWritten(), start)
 	})
+}
+
+// routeOf is the request's route pattern, or "unmatched". chi recycles the
+// route context once the router returns: take it before.
+func routeOf(r *http.Request) string {
+	if route := chi.RouteContext(r.Context()).RoutePattern(); route != "" {
+		return route
+	}
+	return "unmatched"
+}
+
+// record logs and counts an answered request.
+func (s *server) record(id, traceID, method, route, principal string, code, bytes int, start time.Time) {
+	m, status := methodLabel(method), strconv.Itoa(code)
+	elapsed := time.Since(start)
+	s.m.Requests.WithLabelValues(route, m, status, principal).Inc()
+	s.m.Duration.WithLabelValues(route, m, status).Observe(elapsed.Seconds())
+	ev := s.log.Info()
+	if traceID != "" {
+		ev = ev.Str("trace_id", traceID)
+	}
+	ev.Str("request_id", id).
+		Str("method", logMethod(method)).Str("route", route).Int("status", code).Str("principal", principal).
+		Int("bytes", bytes).Dur("duration", elapsed).Msg("request")
+}
+
+// traceIDOf is the id of the trace ctx's span is part of, "" when none.
+func traceIDOf(ctx context.Context) string {
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		return sc.TraceID().String()
+	}
+	return ""
 }
 
 // methodLabel is the method as a metric label: one of the methods HTTP clients

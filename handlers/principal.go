@@ -23,7 +23,10 @@ import (
 // metrics, which run outside it.
 type reqInfo struct {
 	principal string
-	bodySum   string // the SHA-256 of the request body (decodeJSON)
+	bodySum   string    // the SHA-256 of the request body (decodeJSON)
+	bodyRead  bool      // decodeJSON read the body to its end
+	start     time.Time // when observe saw the request
+	parked    bool      // its connection parked: serveWait logs it when answered
 }
 
 // bodySum is the hash of the request's body, once decodeJSON has read it.
@@ -35,10 +38,17 @@ func bodySum(r *http.Request) string {
 }
 
 type reqInfoKey struct{}
+
+// infoOf is the request's reqInfo, or nil outside observe.
+func infoOf(r *http.Request) *reqInfo {
+	info, _ := r.Context().Value(reqInfoKey{}).(*reqInfo)
+	return info
+}
+
 type principalKey struct{}
 
-func withInfo(r *http.Request) (*http.Request, *reqInfo) {
-	info := &reqInfo{principal: auth.Anonymous}
+func withInfo(r *http.Request, start time.Time) (*http.Request, *reqInfo) {
+	info := &reqInfo{principal: auth.Anonymous, start: start}
 	return r.WithContext(context.WithValue(r.Context(), reqInfoKey{}, info)), info
 }
 

@@ -49,7 +49,7 @@ func invalid(field, msg string) *validationError {
 // writeError is the one place that turns an error into a status and a problem
 // body. Only internal errors are logged in full; Redis trouble is logged as a
 // warning without the client's request details.
-func writeError(w http.ResponseWriter, r *http.Request, log *zerolog.Logger, err error) {
+func writeError(w http.ResponseWriter, log *zerolog.Logger, err error) {
 	p := problem{}
 	var verr *validationError
 	var held *store.HeldError

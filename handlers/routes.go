@@ -17,19 +17,22 @@ import (
 
 	"github.com/batonhq/baton/auth"
 	"github.com/batonhq/baton/metrics"
+	"github.com/batonhq/baton/park"
 	"github.com/batonhq/baton/store"
 	"github.com/batonhq/baton/ui"
 )
 
 // Locker is what the HTTP layer needs of the lock store.
 type Locker interface {
-	Acquire(ctx context.Context, r store.AcquireRequest) (store.AcquireResult, error)
+	// AcquireFunc, PollFunc and WatchFunc call their f exactly once: before they
+	// return when no wait is needed, else when the wait ends.
+	AcquireFunc(ctx context.Context, r store.AcquireRequest, f func(store.AcquireResult, error))
 	Lease(ctx context.Context, l store.Ref) (*store.Lease, error)
 	Renew(ctx context.Context, l store.Ref, ttl time.Duration) (*store.Lease, error)
 	Release(ctx context.Context, l store.Ref) (store.Release, error)
 	Force(ctx context.Context, name string) (bool, error)
-	Watch(ctx context.Context, name string, fence *int64, wait time.Duration) (store.State, error)
-	Poll(ctx context.Context, t store.Ref, wait time.Duration) (store.PollResult, error)
+	WatchFunc(ctx context.Context, name string, fence *int64, wait time.Duration, f func(store.State, error))
+	PollFunc(ctx context.Context, t store.Ref, wait time.Duration, f func(store.PollResult, error))
 	Cancel(ctx context.Context, t store.Ref) error
 	CreateSession(ctx context.Context, r store.SessionRequest) (store.Session, bool, error)
 	GetSession(ctx context.Context, ref store.Ref) (store.Session, error)
@@ -53,6 +56,9 @@ type Deps struct {
 	// context) finds one in its headers. Nil: no tracing.
 	Tracer     trace.TracerProvider
 	Propagator propagation.TextMapPropagator
+	// Lot parks the connections of long-polls while they wait (package park);
+	// nil keeps every request on net/http's goroutine.
+	Lot *park.Lot
 }
 
 type server struct {
@@ -62,12 +68,13 @@ type server struct {
 	m      *metrics.Metrics
 	spec   []byte
 	guard  *auth.Guard
+	lot    *park.Lot
 }
 
 // NewServer returns the HTTP handler for the whole API. Every route is here, in
 // the order of api/openapi.yaml, with the action (access control) it needs.
 func NewServer(d Deps) http.Handler {
-	s := &server{store: d.Store, limits: d.Limits, log: d.Logger, m: d.Metrics, spec: d.Spec, guard: d.Guard}
+	s := &server{store: d.Store, limits: d.Limits, log: d.Logger, m: d.Metrics, spec: d.Spec, guard: d.Guard, lot: d.Lot}
 	r := chi.NewRouter()
 	if d.Tracer != nil {
 		r.Use(traced(d.Tracer, d.Propagator))
@@ -116,7 +123,7 @@ func get(r chi.Router, pattern string, h http.Handler) {
 
 // fail hands an error to the one problem writer.
 func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
-	writeError(w, r, zerolog.Ctx(r.Context()), err)
+	writeError(w, zerolog.Ctx(r.Context()), err)
 }
 
 // methodNotAllowed answers 405 with the Allow header chi leaves to custom

@@ -1,7 +1,12 @@
 package handlers
 
 import (
+	"context"
 	"net/http"
+
+	"github.com/rs/zerolog"
+
+	"github.com/batonhq/baton/store"
 )
 
 // poll serves GET /v1/locks/{name}/tickets/{ticket}: 200 with the lease once
@@ -18,21 +23,21 @@ func (s *server) poll() http.Handler {
 			return
 		}
 		p.apply(w)
-		release, err := waitSlot(r, p.wait)
-		if err != nil {
-			s.fail(w, r, err)
-			return
-		}
-		defer release()
-		res, err := s.store.Poll(r.Context(), ref(r, name, "ticket"), p.wait)
-		switch {
-		case err != nil:
-			s.fail(w, r, err)
-		case res.Lease != nil:
-			writeJSON(w, http.StatusOK, viewLease(res.Lease))
-		default:
-			writeJSON(w, http.StatusAccepted, viewTicket(res.Ticket))
-		}
+		t := ref(r, name, "ticket")
+		s.serveWait(w, r, p.wait, func(ctx context.Context, done func(reply)) {
+			s.store.PollFunc(ctx, t, p.wait, func(res store.PollResult, err error) {
+				done(func(w http.ResponseWriter, log *zerolog.Logger) {
+					switch {
+					case err != nil:
+						writeError(w, log, err)
+					case res.Lease != nil:
+						writeJSON(w, http.StatusOK, viewLease(res.Lease))
+					default:
+						writeJSON(w, http.StatusAccepted, viewTicket(res.Ticket))
+					}
+				})
+			})
+		})
 	})
 }
 

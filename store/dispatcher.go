@@ -72,7 +72,7 @@ type waiter struct {
 	shared bool   // kindAcquire: it asks for a shared hold
 	th     string // kindTicket: its ticket's hash; kindAcquire: its lease's hash
 	ch     *channel
-	signal chan struct{} // capacity 1: "look at your state"
+	wake   func() // "look at your state"; called under dispatcher.mu, so it must not block
 
 	// guarded by dispatcher.mu
 	recheck bool
@@ -235,10 +235,10 @@ func (d *dispatcher) closed() bool {
 	}
 }
 
-// add registers a waiter on the lock's channel. Its signal fires once the
+// add registers a waiter on the lock's channel. Its wake is called once the
 // subscription is confirmed (at once if it already is), and on every event for it.
-func (d *dispatcher) add(name, key string, kind waiterKind, th string, shared bool) *waiter {
-	w := &waiter{kind: kind, th: th, shared: shared, signal: make(chan struct{}, 1)}
+func (d *dispatcher) add(name, key string, kind waiterKind, th string, shared bool, wake func()) *waiter {
+	w := &waiter{kind: kind, th: th, shared: shared, wake: wake}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	c := d.chans[key]
@@ -297,13 +297,10 @@ func (d *dispatcher) observe(w *waiter, pttl time.Duration) {
 	}
 }
 
-// notify marks a re-check and signals; the caller holds dispatcher.mu.
+// notify marks a re-check and wakes the waiter; the caller holds dispatcher.mu.
 func (w *waiter) notify() {
 	w.recheck = true
-	select {
-	case w.signal <- struct{}{}:
-	default:
-	}
+	w.wake()
 }
 
 // wakeOneAcquirer wakes the first non-fair waiter of the mode (shared or not)

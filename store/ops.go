@@ -17,33 +17,55 @@ import (
 // (ErrLimitMismatch), ErrIdempotencyUsed, ErrIdempotencyMismatch,
 // ErrSessionNotFound, ErrTooManyWaiters, ErrUnavailable.
 func (s *Store) Acquire(ctx context.Context, r AcquireRequest) (AcquireResult, error) {
-	if r.Lease != "" {
-		l, err := s.reenter(ctx, r)
-		return AcquireResult{Lease: l, Reentered: l != nil, Replayed: l.Replayed()}, err
-	}
-	if ctx.Err() != nil { // nothing is created for a client already gone
-		return AcquireResult{}, clientGone("acquire", ctx)
-	}
-	ids, err := s.requestIDs(ctx, r)
-	if err != nil {
-		return AcquireResult{}, err
-	}
-	res, err := s.acquire1(ctx, r, ids)
-	if ids.member != "" && (res.Lease != nil || res.Ticket != nil) && !s.sessionAlive(ctx, r) {
-		// The session ended (a DELETE) between the member joining and the grant:
-		// what was made for it must not outlive it.
-		u := ids.undo(r.Name)
-		u.keep = false
-		s.undo(u)
-		return AcquireResult{}, ErrSessionNotFound
-	}
-	// A member whose acquire made nothing is forgotten by the session's next
-	// renewal or look, once no longer pending: taking it out here could take out
-	// a retry's (the same Idempotency-Key makes the same member).
+	var res AcquireResult
+	var err error
+	done := make(chan struct{})
+	s.AcquireFunc(ctx, r, func(x AcquireResult, e error) { res, err = x, e; close(done) })
+	<-done
 	return res, err
 }
 
-func (s *Store) acquire1(ctx context.Context, r AcquireRequest, ids requestIDs) (AcquireResult, error) {
+// AcquireFunc is Acquire handing its answer to f, which it calls exactly once:
+// before it returns when the answer needs no wait (or the first look after
+// subscribing settles it), else on a goroutine of its own once the answer is
+// known. No goroutine is held while the request waits.
+func (s *Store) AcquireFunc(ctx context.Context, r AcquireRequest, f func(AcquireResult, error)) {
+	if r.Lease != "" {
+		l, err := s.reenter(ctx, r)
+		f(AcquireResult{Lease: l, Reentered: l != nil, Replayed: l.Replayed()}, err)
+		return
+	}
+	if ctx.Err() != nil { // nothing is created for a client already gone
+		f(AcquireResult{}, clientGone("acquire", ctx))
+		return
+	}
+	ids, err := s.requestIDs(ctx, r)
+	if err != nil {
+		f(AcquireResult{}, err)
+		return
+	}
+	if ids.member == "" {
+		s.acquire1(ctx, r, ids, f)
+		return
+	}
+	u := ids.undo(r.Name)
+	s.acquire1(ctx, r, ids, func(res AcquireResult, err error) {
+		if (res.Lease != nil || res.Ticket != nil) && !s.sessionAlive(ctx, r) {
+			// The session ended (a DELETE) between the member joining and the grant:
+			// what was made for it must not outlive it.
+			u.keep = false
+			s.undo(u)
+			f(AcquireResult{}, ErrSessionNotFound)
+			return
+		}
+		// A member whose acquire made nothing is forgotten by the session's next
+		// renewal or look, once no longer pending: taking it out here could take out
+		// a retry's (the same Idempotency-Key makes the same member).
+		f(res, err)
+	})
+}
+
+func (s *Store) acquire1(ctx context.Context, r AcquireRequest, ids requestIDs, f func(AcquireResult, error)) {
 	mode := "new"
 	if r.Fair && (r.Wait <= 0 || s.shuttingDown()) {
 		// No wait: queue in the same call. With a wait, the first call only tries;
@@ -57,24 +79,28 @@ func (s *Store) acquire1(ctx context.Context, r AcquireRequest, ids requestIDs) 
 	rep, err := s.runGrant(ctx, s.acquire, "acquire", ids.keys(s, r.Name), true, s.acquireArgs(r, ids, ids.lh, mode, 0)...)
 	if err != nil {
 		s.failed(made, err)
-		return AcquireResult{}, err
+		f(AcquireResult{}, err)
+		return
 	}
 	if res, err, done := s.settled(ctx, r, ids, rep); done {
-		return res, err
+		f(res, err)
+		return
 	}
 	switch rep.code {
 	case "busy":
 		held := rep.held()
 		if r.Wait <= 0 || s.shuttingDown() {
 			s.count("held")
-			return AcquireResult{}, held
+			f(AcquireResult{}, held)
+			return
 		}
 		if r.Fair {
-			return s.waitFair(ctx, r, ids)
+			s.waitFair(ctx, r, ids, f)
+			return
 		}
-		return s.waitLock(ctx, r, ids, held)
+		s.waitLock(ctx, r, ids, held, f)
 	default:
-		return AcquireResult{}, unexpected("acquire", rep)
+		f(AcquireResult{}, unexpected("acquire", rep))
 	}
 }
 

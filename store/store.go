@@ -92,6 +92,8 @@ type Store struct {
 	closed bool // guarded by gate
 
 	shutdown     chan struct{}
+	stopped      context.Context // ends with shutdown: waits hear of it through context.AfterFunc
+	stop         context.CancelFunc
 	shutdownOnce sync.Once
 	closeOnce    sync.Once
 	unackedLog   atomic.Int64 // unix ms of the last unacknowledged-WAIT warning
@@ -298,6 +300,7 @@ func New(rdb redis.UniversalClient, opt Options) *Store {
 		clean:         newCleaner(),
 		shutdown:      make(chan struct{}),
 	}
+	s.stopped, s.stop = context.WithCancel(context.Background())
 	if cc != nil {
 		s.scr = onceScripter{cc}
 		s.topo = newTopology(cc)
@@ -364,7 +367,7 @@ func (s *Store) scripts() []*redis.Script {
 // Shutdown ends every long-poll now with its normal "still waiting" answer, and
 // makes new ones return at once. Short requests keep working until Close.
 func (s *Store) Shutdown() {
-	s.shutdownOnce.Do(func() { close(s.shutdown) })
+	s.shutdownOnce.Do(func() { close(s.shutdown); s.stop() })
 }
 
 // Close shuts down, waits for the Redis calls in flight to end (each is bounded

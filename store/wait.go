@@ -7,77 +7,103 @@ import (
 	"time"
 )
 
+// Every wait below is an eventWait (events.go): its loop of "wait for an event,
+// then look at Redis" is a step function run once per batch of events, and its
+// answer goes to a callback, so that no goroutine is held while it waits. The
+// steps keep the order and the choices of a select loop: a client gone first,
+// then the shutdown, then the deadline, then the dispatcher's wake.
+
 // clientGone is the error of a request whose client went away: nobody reads it.
 func clientGone(op string, ctx context.Context) error {
 	return fmt.Errorf("%s: client gone: %w: %w", op, ErrUnavailable, ctx.Err())
 }
 
+// lockWait is a non-fair wait (waitLock).
+type lockWait struct {
+	s       *Store
+	ctx     context.Context
+	r       AcquireRequest
+	ids     requestIDs
+	held    *HeldError // the latest holder: the answer when the wait ends ungranted
+	w       *waiter
+	ev      *eventWait
+	f       func(AcquireResult, error)
+	last    bool // the wait is over: one last look, so the answer is today's
+	forward bool // a release it was given must go to the next waiter when it leaves
+}
+
 // waitLock is a non-fair wait: it tries again when a release is announced, when the
 // holder's lease should have run out, and when the pub/sub connection comes back.
-// It returns a *HeldError with the latest holder when the wait ends ungranted.
-func (s *Store) waitLock(ctx context.Context, r AcquireRequest, ids requestIDs, held *HeldError) (AcquireResult, error) {
+// It answers a *HeldError with the latest holder when the wait ends ungranted.
+func (s *Store) waitLock(ctx context.Context, r AcquireRequest, ids requestIDs, held *HeldError, f func(AcquireResult, error)) {
 	if err := s.reserveWaiter(); err != nil {
 		s.count("too_many_waiters")
-		return AcquireResult{}, err
+		f(AcquireResult{}, err)
+		return
 	}
-	defer s.releaseWaiter()
-	w := s.disp.add(r.Name, s.channel(r.Name), kindAcquire, ids.lh, r.Shared)
-	forward := false
-	defer func() { s.disp.remove(w, forward) }()
+	lw := &lockWait{s: s, ctx: ctx, r: r, ids: ids, held: held, f: f, ev: newEventWait()}
+	lw.w = s.disp.add(r.Name, s.channel(r.Name), kindAcquire, ids.lh, r.Shared, lw.ev.wake)
+	lw.ev.start(s, ctx, r.Wait, lw.step, func(err error) { lw.forward = true; lw.finish(AcquireResult{}, err) })
+}
 
-	deadline := time.NewTimer(r.Wait)
-	defer deadline.Stop()
-	last := false // the wait is over: one last look, so the answer is today's
-	for {
-		select {
-		case <-w.signal:
-		case <-deadline.C:
-			last = true
-		case <-s.shutdown:
-			s.count("held")
-			return AcquireResult{}, held
-		case <-ctx.Done():
-			forward = true
-			return AcquireResult{}, clientGone("acquire", ctx)
-		}
-		s.disp.take(w)
-		woke := time.Now()
-		forward = true // until this try has an answer, a release it was given is not lost
-		// Retried when the connection breaks: idempotent, see Acquire.
-		rep, err := s.runGrant(ctx, s.acquire, "acquire", ids.keys(s, r.Name), true, s.acquireArgs(r, ids, ids.lh, "new", 0)...)
-		if err != nil {
-			s.failed(ids.undo(r.Name), err)
-			return AcquireResult{}, err
-		}
-		forward = false
-		switch rep.code {
-		case "busy":
-			held = rep.held()
-			if last {
-				s.count("held")
-				return AcquireResult{}, held
-			}
-			s.disp.observe(w, held.wake)
-			continue
-		case "granted":
-			l := rep.lease(r.Name, ids.lease)
-			s.disp.observe(w, l.TTL) // the waiters left behind wait for this lease
-			// A shared hold may leave room for the next waiter too: let it try.
-			forward = l.Shared
-			if ctx.Err() != nil {
-				forward = true
-				s.dropGrant(ids.undo(r.Name))
-				return AcquireResult{}, clientGone("acquire", ctx)
-			}
-			s.count("granted")
-			s.m.Handoff.Observe(time.Since(woke).Seconds())
-			return AcquireResult{Lease: l}, nil
-		}
-		if res, err, done := s.settled(ctx, r, ids, rep); done {
-			return res, err
-		}
-		return AcquireResult{}, unexpected("acquire", rep)
+func (lw *lockWait) step(ev event) bool {
+	s, r, ids := lw.s, lw.r, lw.ids
+	switch {
+	case ev&evGone != 0:
+		lw.forward = true
+		return lw.finish(AcquireResult{}, clientGone("acquire", lw.ctx))
+	case ev&evShutdown != 0:
+		s.count("held")
+		return lw.finish(AcquireResult{}, lw.held)
+	case ev&evDeadline != 0:
+		lw.last = true
 	}
+	s.disp.take(lw.w)
+	woke := time.Now()
+	lw.forward = true // until this try has an answer, a release it was given is not lost
+	// Retried when the connection breaks: idempotent, see Acquire.
+	rep, err := s.runGrant(lw.ctx, s.acquire, "acquire", ids.keys(s, r.Name), true, s.acquireArgs(r, ids, ids.lh, "new", 0)...)
+	if err != nil {
+		s.failed(ids.undo(r.Name), err)
+		return lw.finish(AcquireResult{}, err)
+	}
+	lw.forward = false
+	switch rep.code {
+	case "busy":
+		lw.held = rep.held()
+		if lw.last {
+			s.count("held")
+			return lw.finish(AcquireResult{}, lw.held)
+		}
+		s.disp.observe(lw.w, lw.held.wake)
+		return false
+	case "granted":
+		l := rep.lease(r.Name, ids.lease)
+		s.disp.observe(lw.w, l.TTL) // the waiters left behind wait for this lease
+		// A shared hold may leave room for the next waiter too: let it try.
+		lw.forward = l.Shared
+		if lw.ctx.Err() != nil {
+			lw.forward = true
+			s.dropGrant(ids.undo(r.Name))
+			return lw.finish(AcquireResult{}, clientGone("acquire", lw.ctx))
+		}
+		s.count("granted")
+		s.m.Handoff.Observe(time.Since(woke).Seconds())
+		return lw.finish(AcquireResult{Lease: l}, nil)
+	}
+	if res, err, done := s.settled(lw.ctx, r, ids, rep); done {
+		return lw.finish(res, err)
+	}
+	return lw.finish(AcquireResult{}, unexpected("acquire", rep))
+}
+
+// finish ends the wait and hands its answer on.
+func (lw *lockWait) finish(res AcquireResult, err error) bool {
+	lw.ev.end()
+	lw.s.disp.remove(lw.w, lw.forward)
+	lw.s.releaseWaiter()
+	lw.f(res, err)
+	return true
 }
 
 // failed counts an acquire whose call failed and, when the script may still have
@@ -100,18 +126,26 @@ func (s *Store) dropGrant(u undo) {
 
 // waitFair is a fair acquire with a wait: the first check (after the subscription)
 // queues a ticket unless the lock is free; then it waits for that ticket's grant.
-func (s *Store) waitFair(ctx context.Context, r AcquireRequest, ids requestIDs) (AcquireResult, error) {
+func (s *Store) waitFair(ctx context.Context, r AcquireRequest, ids requestIDs, f func(AcquireResult, error)) {
 	if err := s.reserveWaiter(); err != nil {
 		s.count("too_many_waiters")
-		return AcquireResult{}, err
+		f(AcquireResult{}, err)
+		return
 	}
-	defer s.releaseWaiter()
 	t := ticketWait{name: r.Name, ticket: ids.ticket, th: ids.th, tlh: ids.tlh, own: ids.lh, by: r.By, keep: ids.ik != "", pid: ids.pid}
 	t.enqueue = func(ctx context.Context, poll time.Duration) (reply, error) {
 		// Retried when the connection breaks: idempotent, see Acquire.
 		return s.runGrant(ctx, s.acquire, "acquire", ids.keys(s, r.Name), true, s.acquireArgs(r, ids, ids.lh, "fair", poll)...)
 	}
-	res, err := s.awaitTicket(ctx, t, time.Now().Add(r.Wait))
+	s.awaitTicket(ctx, t, time.Now().Add(r.Wait), func(res PollResult, err error) {
+		s.releaseWaiter()
+		f(s.fairResult(ctx, ids, res, err))
+	})
+}
+
+// fairResult counts a fair acquire's wait by its outcome and turns it into the
+// acquire's result.
+func (s *Store) fairResult(ctx context.Context, ids requestIDs, res PollResult, err error) (AcquireResult, error) {
 	var limit *LimitError
 	switch {
 	case errors.As(err, &limit):
@@ -148,11 +182,25 @@ func (s *Store) waitFair(ctx context.Context, r AcquireRequest, ids requestIDs) 
 // kept for the ticket's next poll for at most the ticket ttl. Errors:
 // ErrTicketGone, ErrTooManyWaiters, ErrUnavailable.
 func (s *Store) Poll(ctx context.Context, ref Ref, wait time.Duration) (PollResult, error) {
+	var res PollResult
+	var err error
+	done := make(chan struct{})
+	s.PollFunc(ctx, ref, wait, func(r PollResult, e error) { res, err = r, e; close(done) })
+	<-done
+	return res, err
+}
+
+// PollFunc is Poll handing its answer to f, which it calls exactly once: before
+// it returns when the answer needs no wait, else on a goroutine of its own once
+// the answer is known. No goroutine is held while the poll waits.
+func (s *Store) PollFunc(ctx context.Context, ref Ref, wait time.Duration, f func(PollResult, error)) {
 	if !plausibleID(ref.ID) {
-		return PollResult{}, ErrTicketGone
+		f(PollResult{}, ErrTicketGone)
+		return
 	}
 	if ctx.Err() != nil {
-		return PollResult{}, clientGone("poll", ctx)
+		f(PollResult{}, clientGone("poll", ctx))
+		return
 	}
 	t := ticketWait{name: ref.Name, ticket: ref.ID, th: hashID(ref.ID), tlh: hashID(ticketLease(ref.ID)), by: ref.By,
 		pid: newID()[:11]}
@@ -165,15 +213,19 @@ func (s *Store) Poll(ctx context.Context, ref Ref, wait time.Duration) (PollResu
 			}
 		case res.Lease != nil && ctx.Err() != nil:
 			s.undoTicket(t, false)
-			return PollResult{}, clientGone("poll", ctx)
+			res, err = PollResult{}, clientGone("poll", ctx)
 		}
-		return res, err
+		f(res, err)
+		return
 	}
 	if err := s.reserveWaiter(); err != nil {
-		return PollResult{}, err
+		f(PollResult{}, err)
+		return
 	}
-	defer s.releaseWaiter()
-	return s.awaitTicket(ctx, t, time.Now().Add(wait))
+	s.awaitTicket(ctx, t, time.Now().Add(wait), func(res PollResult, err error) {
+		s.releaseWaiter()
+		f(res, err)
+	})
 }
 
 // ticketWait is a wait for a ticket's grant: a poll of a ticket the client holds,
@@ -240,149 +292,4 @@ func ticketResult(name, ticket string, rep reply) (PollResult, error) {
 	default:
 		return PollResult{}, unexpected("poll", rep)
 	}
-}
-
-// awaitTicket waits for a ticket's grant until the deadline. With t.enqueue set,
-// its first check creates the ticket (a "granted" reply then carries the request's
-// own lease, returned with an empty ID for the caller to fill in). The ticket is
-// kept alive while the wait lasts and for the ticket ttl after it. Whenever its
-// answer cannot reach the client (gone, or a call without a definite answer),
-// what the wait may have left is undone (undoTicket).
-func (s *Store) awaitTicket(ctx context.Context, t ticketWait, until time.Time) (PollResult, error) {
-	if ctx.Err() != nil { // nothing is created for a client already gone
-		return PollResult{}, clientGone("poll", ctx)
-	}
-	w := s.disp.add(t.name, s.channel(t.name), kindTicket, t.th, false)
-	defer s.disp.remove(w, false)
-	deadline := time.NewTimer(time.Until(until))
-	defer deadline.Stop()
-
-	enqueue := t.enqueue
-	replayed := false // the first check replayed an Idempotency-Key's ticket
-	check := func(ctx context.Context, poll time.Duration) (PollResult, error) {
-		if enqueue == nil {
-			res, err := s.pollOnce(ctx, t, poll)
-			res.replayed = res.replayed || replayed
-			return res, err
-		}
-		rep, err := enqueue(ctx, poll)
-		if err != nil {
-			return PollResult{}, err
-		}
-		enqueue = nil
-		switch rep.code {
-		case "granted":
-			return PollResult{Lease: rep.lease(t.name, "")}, nil
-		case "replayed":
-			return PollResult{Lease: rep.lease(t.name, ""), replayed: true}, nil
-		}
-		res, err := ticketResult(t.name, t.ticket, rep)
-		replayed = res.replayed
-		return res, err
-	}
-	// settle ends a check: its result stands only while the client is there.
-	settle := func(res PollResult, err error) (PollResult, error) {
-		switch {
-		case err != nil:
-			if uncertain(err) {
-				s.undoTicket(t, true)
-			}
-			return res, err
-		case ctx.Err() != nil:
-			s.undoTicket(t, false)
-			return PollResult{}, clientGone("poll", ctx)
-		}
-		return res, nil
-	}
-	// end is the last check of a wait that ends ungranted: it tells Redis no poll is
-	// in flight any more, so the ticket lives the ticket ttl from now.
-	end := func() (PollResult, error) {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		defer cancel()
-		return settle(check(ctx, 0))
-	}
-
-	for {
-		select {
-		case <-w.signal:
-		case <-deadline.C:
-			return end()
-		case <-s.shutdown:
-			return end()
-		case <-ctx.Done():
-			if enqueue == nil || t.own == "" {
-				s.undoTicket(t, false) // a fair acquire gone before its first check created nothing
-			}
-			return PollResult{}, clientGone("poll", ctx)
-		}
-		_, g := s.disp.take(w)
-		if g != nil && g.claimed && enqueue == nil && s.opt.WaitReplicas == 0 {
-			// Handed over by the script that freed the lock, at its full ttl: answer
-			// straight from the message. Not with WaitReplicas: the message can
-			// arrive before that script's WAIT returns, so the poll below answers,
-			// after a WAIT of its own. The ttl is the grant's, less the time since
-			// the message came (the Redis clock is the authority, not ours).
-			s.m.Handoff.Observe(s.handoffLatency(s.lockKey(t.name), g).Seconds())
-			return settle(PollResult{Lease: &Lease{
-				Name: t.name, ID: ticketLease(t.ticket), Fence: g.fence, Count: 1,
-				TTL: max(g.window-time.Since(g.recv), 0), ExpiresAt: g.at.Add(g.window),
-				Owner: g.owner, AcquiredAt: g.at, Shared: g.shared, Limit: g.limit,
-			}}, nil)
-		}
-		res, err := settle(check(ctx, time.Until(until)))
-		if err != nil || res.Lease != nil {
-			if g != nil && res.Lease != nil {
-				s.m.Handoff.Observe(s.handoffLatency(s.lockKey(t.name), g).Seconds())
-			}
-			return res, err
-		}
-		s.disp.observe(w, res.holderTTL)
-	}
-}
-
-// Watch returns the lock's state, first waiting up to wait while it is held with
-// the given fence (nil: its fence now), for its holds to change: a hold released,
-// expired or added, or the lock changing hands. Errors: ErrTooManyWaiters,
-// ErrUnavailable.
-func (s *Store) Watch(ctx context.Context, name string, fence *int64, wait time.Duration) (State, error) {
-	st, err := s.State(ctx, name)
-	if err != nil || wait <= 0 || !st.Held || (fence != nil && *fence != st.Fence) || s.shuttingDown() {
-		return st, err
-	}
-	f, n := st.Fence, st.Holders
-	if err := s.reserveWaiter(); err != nil {
-		return State{}, err
-	}
-	defer s.releaseWaiter()
-	w := s.disp.add(name, s.channel(name), kindWatch, "", false)
-	defer s.disp.remove(w, false)
-	deadline := time.NewTimer(wait)
-	defer deadline.Stop()
-	for {
-		select {
-		case <-w.signal:
-		case <-deadline.C:
-			return s.State(ctx, name)
-		case <-s.shutdown:
-			return s.State(ctx, name)
-		case <-ctx.Done():
-			return State{}, fmt.Errorf("watch: %w: %w", ErrUnavailable, ctx.Err())
-		}
-		s.disp.take(w)
-		st, err := s.State(ctx, name)
-		if err != nil || !st.Held || st.Fence != f || st.Holders != n {
-			return st, err
-		}
-		s.disp.observe(w, soonestEnd(st))
-	}
-}
-
-// soonestEnd is the time until the first of the listed holds ends: when a watch
-// should look again even if nobody announces anything (expiry runs no script).
-func soonestEnd(st State) time.Duration {
-	d := st.TTL
-	for _, h := range st.Holds {
-		d = min(d, h.TTL)
-	}
-	return d
 }

@@ -49,6 +49,9 @@ type Config struct {
 	TLSClientCAFile string `envconfig:"TLS_CLIENT_CA_FILE"`
 	// DebugAddr, when set, serves Go's runtime profiles there (debug.go).
 	DebugAddr string `envconfig:"DEBUG_ADDR"`
+	// Park is "on" (or empty) to park waiting long-polls' connections (park.go),
+	// "off" to keep each on net/http's goroutine while it waits.
+	Park string `envconfig:"PARK" default:"on"`
 
 	// tracer, when set, traces requests and Redis calls. run sets it from the
 	// standard OTEL_* variables (tracing.go), not from a BATON_ one, and tests
@@ -140,6 +143,9 @@ func (c Config) validate() error {
 	}
 	if c.FenceGuard < time.Second {
 		add("BATON_FENCE_GUARD (%v) must be at least 1s: it is the longest backward step of the Redis clock fences survive", c.FenceGuard)
+	}
+	if c.Park != "" && c.Park != "on" && c.Park != "off" {
+		add("BATON_PARK must be on or off")
 	}
 	// WAIT must end well within the Redis client's 2s read timeout.
 	if c.WaitTimeout > time.Second {

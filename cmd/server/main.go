@@ -152,20 +152,26 @@ func serve(ctx context.Context, cfg Config, log zerolog.Logger, listening func(n
 		return err
 	}
 	srv := &http.Server{
-		Handler: handlers.NewServer(handlers.Deps{
-			Store: st,
-			Limits: handlers.Limits{DefaultTTL: cfg.DefaultTTL, MinTTL: cfg.MinTTL, MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait,
-				BodyReadTimeout: cfg.BodyReadTimeout},
-			Logger:  log,
-			Metrics: met,
-			Spec:    api.Spec,
-			Guard:   guard,
-			Tracer:  cfg.tracer,
-		}),
 		TLSConfig:         tlsCfg,
 		ReadHeaderTimeout: 10 * time.Second,
 		WriteTimeout:      cfg.writeTimeout(),
 		IdleTimeout:       2 * time.Minute,
+	}
+	lot := startLot(cfg, srv, log)
+	defer lot.Close()
+	srv.Handler = handlers.NewServer(handlers.Deps{
+		Store: st,
+		Limits: handlers.Limits{DefaultTTL: cfg.DefaultTTL, MinTTL: cfg.MinTTL, MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait,
+			BodyReadTimeout: cfg.BodyReadTimeout},
+		Logger:  log,
+		Metrics: met,
+		Spec:    api.Spec,
+		Guard:   guard,
+		Tracer:  cfg.tracer,
+		Lot:     lot,
+	})
+	if lot != nil {
+		srv.Handler, srv.ConnContext = lot.Handler(srv.Handler), lot.ConnContext
 	}
 	if cfg.DebugAddr != "" {
 		dbg, at, err := startDebug(cfg.DebugAddr)
@@ -177,13 +183,7 @@ func serve(ctx context.Context, cfg Config, log zerolog.Logger, listening func(n
 		log.Info().Str("addr", at.String()).Msg("debug listening")
 	}
 	served := make(chan error, 1)
-	go func() {
-		if tlsCfg != nil {
-			served <- srv.ServeTLS(ln, "", "") // the certificate comes from tlsCfg, re-read when it changes
-			return
-		}
-		served <- srv.Serve(ln)
-	}()
+	go func() { served <- srv.Serve(listener(ln, srv, lot)) }()
 	log.Info().Str("addr", ln.Addr().String()).Bool("tls", tlsCfg != nil).Str("auth", guard.Mode().String()).Msg("listening")
 	if listening != nil {
 		listening(ln.Addr())
@@ -201,6 +201,9 @@ func serve(ctx context.Context, cfg Config, log zerolog.Logger, listening func(n
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return err
+	}
+	if lot != nil {
+		_ = lot.Shutdown(sctx) // the parked answers, within the same time; the rest are cut off
 	}
 	log.Info().Msg("stopped")
 	return nil
