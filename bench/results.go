@@ -60,11 +60,14 @@ type waitersRow struct {
 	System       string  `json:"system"`
 	Waiters      int     `json:"waiters"`
 	RSSPerWaiter float64 `json:"rss_bytes_per_waiter"`
-	RedisConns   int     `json:"redis_connections"`
-	PubSubConns  int     `json:"pubsub_connections"`
-	IdleCPU      float64 `json:"idle_cpu_percent"`
-	Shards       int     `json:"shards,omitempty"`             // cluster_waiters: the masters
-	OtherLoad    float64 `json:"other_load_percent,omitempty"` // cluster_waiters
+	// RSSPerWaiterAfterGC: the same once Go has collected the garbage the
+	// waiters' arrival left (waiters.go, settledRSS).
+	RSSPerWaiterAfterGC float64 `json:"rss_bytes_per_waiter_after_gc,omitempty"`
+	RedisConns          int     `json:"redis_connections"`
+	PubSubConns         int     `json:"pubsub_connections"`
+	IdleCPU             float64 `json:"idle_cpu_percent"`
+	Shards              int     `json:"shards,omitempty"`             // cluster_waiters: the masters
+	OtherLoad           float64 `json:"other_load_percent,omitempty"` // cluster_waiters
 
 	rssBefore, rssWith int64
 }
@@ -326,6 +329,8 @@ func evaluateGoals(r *results) []goal {
 	}
 	if w != nil {
 		add("waiters 20000: <= 16 KiB RSS per waiter", true, fmt.Sprintf("%.0f B%s", w.RSSPerWaiter, at), w.RSSPerWaiter <= 16384)
+		add("waiters 20000: < 8 KiB RSS per waiter once Go has collected the arrival's garbage (issue 15)", w.RSSPerWaiterAfterGC > 0,
+			fmt.Sprintf("%.0f B%s", w.RSSPerWaiterAfterGC, at), w.RSSPerWaiterAfterGC < 8192)
 		add("waiters 20000: <= 2 pub/sub connections to Redis", true,
 			fmt.Sprintf("%d pub/sub (%d connections in all)%s", w.PubSubConns, w.RedisConns, at), w.PubSubConns <= 2)
 		add("waiters 20000: < 2% CPU while idle", true, fmt.Sprintf("%.2f%%%s", w.IdleCPU, at), w.IdleCPU < 2)

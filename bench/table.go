@@ -76,10 +76,10 @@ func (r *results) table() string {
 		b.WriteString("### waiters: long-polls held by one Baton process (non-fair acquires, wait 10 min, 100 held locks)\n\n")
 		var rows [][]string
 		for _, x := range r.Waiters {
-			rows = append(rows, []string{fmt.Sprint(x.Waiters), f0(x.RSSPerWaiter), fmt.Sprintf("%.0f -> %.0f", float64(x.rssBefore)/(1<<20), float64(x.rssWith)/(1<<20)),
+			rows = append(rows, []string{fmt.Sprint(x.Waiters), f0(x.RSSPerWaiter), f0(x.RSSPerWaiterAfterGC), fmt.Sprintf("%.0f -> %.0f", float64(x.rssBefore)/(1<<20), float64(x.rssWith)/(1<<20)),
 				fmt.Sprint(x.RedisConns), fmt.Sprint(x.PubSubConns), f2(x.IdleCPU)})
 		}
-		b.WriteString(mdTable([]string{"waiters", "RSS B/waiter", "RSS MiB", "redis connections", "pub/sub", "idle CPU %"}, rows))
+		b.WriteString(mdTable([]string{"waiters", "RSS B/waiter", "after a GC", "RSS MiB", "redis connections", "pub/sub", "idle CPU %"}, rows))
 		if r.waitersBound != "" {
 			b.WriteString("\nThe " + r.waitersBound + ".\n")
 		}

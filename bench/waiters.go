@@ -3,12 +3,16 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/batonhq/baton/client"
+	"github.com/batonhq/baton/internal/redistest"
 )
 
 const (
@@ -44,8 +48,8 @@ func runWaitersAll(ctx context.Context, e *env, cfg config, res *results) (err e
 		}
 		res.Waiters = append(res.Waiters, row)
 		res.waitersBound = why
-		fmt.Printf("waiters %-12s %6d long-polls: %6.0f B RSS each  %d redis connections (%d pub/sub)  idle CPU %.2f%%\n",
-			sysBaton, n, row.RSSPerWaiter, row.RedisConns, row.PubSubConns, row.IdleCPU)
+		fmt.Printf("waiters %-12s %6d long-polls: %6.0f B RSS each (%6.0f B after a GC)  %d redis connections (%d pub/sub)  idle CPU %.2f%%\n",
+			sysBaton, n, row.RSSPerWaiter, row.RSSPerWaiterAfterGC, row.RedisConns, row.PubSubConns, row.IdleCPU)
 	}
 	return nil
 }
@@ -98,7 +102,12 @@ func memAvailable() int64 {
 // (every master of a cluster).
 func waitersLevel(ctx context.Context, e *env, cfg config, n int, batonEnv, redisAddrs []string) (waitersRow, error) {
 	row := waitersRow{Scenario: "waiters", System: sysBaton}
-	p, base, err := e.startBaton(ctx, batonEnv...)
+	dport, err := redistest.FreePort()
+	if err != nil {
+		return row, err
+	}
+	debugURL := "http://127.0.0.1:" + strconv.Itoa(dport)
+	p, base, err := e.startBaton(ctx, append(slices.Clone(batonEnv), "BATON_DEBUG_ADDR=127.0.0.1:"+strconv.Itoa(dport))...)
 	if err != nil {
 		return row, err
 	}
@@ -158,6 +167,16 @@ func waitersLevel(ctx context.Context, e *env, cfg config, n int, batonEnv, redi
 			return row, err
 		}
 		all, pubsub = all+a, pubsub+ps
+	}
+	// What the waiters themselves cost, without the garbage their arrival left
+	// (each request's net/http buffers until it parked): Go collects it at its
+	// next GC, at the latest the runtime's forced one two minutes on, and
+	// returns the pages over the following seconds. The bench asks for that GC
+	// now (pprof's heap profile with gc=1) and reads RSS once it stops falling.
+	if rss2, err := settledRSS(ctx, debugURL, p.pid()); err == nil {
+		row.RSSPerWaiterAfterGC = round(float64(rss2-rss0)/float64(n), 0)
+	} else {
+		fmt.Printf("waiters %-12s %6d: no figure after a GC: %v\n", sysBaton, n, err)
 	}
 	row.RSSPerWaiter = round(float64(rss1-rss0)/float64(n), 0)
 	row.RedisConns, row.PubSubConns = all, pubsub
@@ -222,4 +241,38 @@ func foreignRedisClients(ctx context.Context, addr string) (all, pubsub int, err
 		}
 	}
 	return all, pubsub, nil
+}
+
+// settledRSS has the Baton at debugURL collect its garbage, then reads its RSS
+// each second until it falls by less than 0.5% in a second (at most 30 s).
+func settledRSS(ctx context.Context, debugURL string, pid int) (int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, debugURL+"/debug/pprof/heap?gc=1", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("heap profile: %s", resp.Status)
+	}
+	last, err := rssBytes(pid)
+	if err != nil {
+		return 0, err
+	}
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(time.Second) // the runtime returns pages over time; nothing to wait on
+		now, err := rssBytes(pid)
+		if err != nil {
+			return 0, err
+		}
+		if float64(last-now) < 0.005*float64(last) {
+			return now, nil
+		}
+		last = now
+	}
+	return last, nil
 }
