@@ -56,6 +56,7 @@ func startCluster(r *trial, env ...string) (*redistest.Cluster, error) {
 	addrs := strings.Split(c.Seeds(), ",")
 	r.samp.use(redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, MaxRetries: 3, DialTimeout: time.Second,
 		ReadTimeout: time.Second, WriteTimeout: time.Second, PoolSize: 2}))
+	r.top.cluster = c
 	old := r.top.rdb
 	r.top.rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, MaxRetries: 3})
 	_ = old.Close()

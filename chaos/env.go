@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -28,10 +29,12 @@ const keyPrefix = "chaos"
 // processes that talk to it directly. Faults between Baton and Redis (a proxy) or a
 // Sentinel setup are other topologies behind the same fields.
 type topology struct {
-	redis  *redistest.Server
-	proxy  *netProxy             // between Baton and Redis, for net-* scenarios; else nil
-	rdb    redis.UniversalClient // for injecting faults and inspecting keys (a Cluster scenario's: a cluster client)
-	batons []*baton
+	redis *redistest.Server
+	proxy *netProxy // between Baton and Redis, for net-* scenarios; else nil
+	// cluster is the Redis Cluster the Batons moved onto (cluster.go); else nil.
+	cluster *redistest.Cluster
+	rdb     redis.UniversalClient // for injecting faults and inspecting keys (a Cluster scenario's: a cluster client)
+	batons  []*baton
 	// keys are the principals' keys (auth.go); fleet their clients, one per
 	// Baton process in the order of batons.
 	keys  map[string]string
@@ -65,6 +68,10 @@ type baton struct {
 	base string
 	// debug is the base URL of its BATON_DEBUG_ADDR (runtime profiles).
 	debug string
+	// addr0 and debug0 are the host:port of base and debug: where the process
+	// was first started, and where this program's dialers still ask for it
+	// (dialBaton) should it have moved (ports.go).
+	addr0, debug0 string
 	// opsKey is the runner's key, for /metrics.
 	opsKey string
 
@@ -73,6 +80,11 @@ type baton struct {
 	exited chan struct{}
 	logf   *os.File
 	starts int
+	// addr and debugAddr are where it listens now: addr0 and debug0 unless
+	// a start found those taken for longer than bindWait, and moved it; moves
+	// says where to, each time.
+	addr, debugAddr string
+	moves           []string
 	// idle holds the ids of the process's goroutines once ready after its latest
 	// start, but for those serving requests: what it must come back to
 	// (goroutines.go).
@@ -82,7 +94,7 @@ type baton struct {
 // probeClient is the runner's own client for /readyz, /metrics and the runtime
 // profiles. It opens a connection per request, so that it leaves no idle
 // connection, and no goroutine serving one, in the process it asks.
-var probeClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+var probeClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, DialContext: dialBaton}}
 
 // startTopology starts a redis-server (with extra arguments) whose files go to
 // dir, and o.batons Baton processes on it, in keys mode. stop undoes it all.
@@ -96,7 +108,8 @@ func startTopology(dir, bin string, o topoOptions) (*topology, error) {
 		return nil, err
 	}
 	t := &topology{redis: rs, rdb: redis.NewClient(&redis.Options{Addr: rs.Addr(), MaxRetries: -1}),
-		hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 30 * time.Second}}}
+		hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 30 * time.Second,
+			DialContext: dialBaton}}}
 	redisURL := rs.URL()
 	if o.proxied {
 		if t.proxy, err = startNetProxy(rs.Addr()); err != nil {
@@ -121,20 +134,20 @@ func (t *topology) startBatons(dir, bin, redisURL string, o topoOptions) error {
 	}
 	t.keys, t.fleet = keys, map[string][]*client.Client{}
 	for i := range o.batons {
-		port, err := redistest.FreePort()
+		// Ports outside the ephemeral range: the process is started again on
+		// them after a kill (ports.go).
+		addr, debug, err := batonPorts()
 		if err != nil {
 			return err
 		}
-		debugPort, err := redistest.FreePort()
-		if err != nil {
-			return err
-		}
+		batonAddrs.Delete(addr) // an earlier scenario's process may have moved from there
+		batonAddrs.Delete(debug)
 		b := &baton{
-			name: string(rune('A' + i)), bin: bin, dir: dir, base: "http://127.0.0.1:" + strconv.Itoa(port),
-			debug: "http://127.0.0.1:" + strconv.Itoa(debugPort), opsKey: keys[runnerPrincipal],
+			name: string(rune('A' + i)), bin: bin, dir: dir, base: "http://" + addr, debug: "http://" + debug,
+			addr0: addr, debug0: debug, addr: addr, debugAddr: debug, opsKey: keys[runnerPrincipal],
 			env: append([]string{
-				"BATON_ADDR=127.0.0.1:" + strconv.Itoa(port), "BATON_REDIS_URL=" + redisURL,
-				"BATON_DEBUG_ADDR=127.0.0.1:" + strconv.Itoa(debugPort), "BATON_AUTH_FILE=" + authFile,
+				"BATON_ADDR=" + addr, "BATON_REDIS_URL=" + redisURL,
+				"BATON_DEBUG_ADDR=" + debug, "BATON_AUTH_FILE=" + authFile,
 				"BATON_KEY_PREFIX=" + keyPrefix, "BATON_LOG_LEVEL=warn", "BATON_LOG_FORMAT=json",
 				"BATON_SHUTDOWN_DELAY=0s", // BATON_SHUTDOWN_TIMEOUT: the default (stopGrace)
 			}, o.env...),
@@ -167,14 +180,50 @@ func (t *topology) stop() {
 	t.redis.Stop()
 }
 
-// start runs the process and waits until /readyz answers 200.
+// start runs the process and waits until /readyz answers 200. Should its
+// ports be taken (another listener; see ports.go), it waits up to bindWait for
+// them, then moves the process to other ports, up to maxMoves times.
 func (b *baton) start() error {
+	for moves := 0; ; moves++ {
+		var err error
+		for deadline := time.Now().Add(bindWait); ; {
+			if err = b.startOnce(); !errors.Is(err, errPortTaken) {
+				return err
+			}
+			if !time.Now().Before(deadline) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond) // nothing to wait on but the ports
+		}
+		if moves == maxMoves {
+			return err
+		}
+		if err := b.move(); err != nil {
+			return err
+		}
+	}
+}
+
+// startOnce is one try of start; errPortTaken when a port was taken.
+func (b *baton) startOnce() error {
 	b.mu.Lock()
+	// Another process on a port would answer /readyz, or this one exit.
+	for _, a := range []string{b.addr, b.debugAddr} {
+		if !free(a) {
+			b.mu.Unlock()
+			return fmt.Errorf("baton %s: %s: %w", b.name, a, errPortTaken)
+		}
+	}
 	b.starts++
-	logf, err := os.OpenFile(filepath.Join(b.dir, "baton-"+b.name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	logPath := filepath.Join(b.dir, "baton-"+b.name+".log")
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		b.mu.Unlock()
 		return err
+	}
+	var logged int64 // where this start's output begins
+	if fi, err := logf.Stat(); err == nil {
+		logged = fi.Size()
 	}
 	cmd := exec.Command(b.bin)
 	cmd.Env = append(os.Environ(), b.env...)
@@ -195,7 +244,10 @@ func (b *baton) start() error {
 	for time.Now().Before(deadline) {
 		select {
 		case <-exited:
-			return fmt.Errorf("baton %s exited while starting; see %s", b.name, logf.Name())
+			if bindFailed(logPath, logged) {
+				return fmt.Errorf("baton %s exited while starting: %w (see %s)", b.name, errPortTaken, logPath)
+			}
+			return fmt.Errorf("baton %s exited while starting; see %s", b.name, logPath)
 		default:
 		}
 		if last = b.ready(); last == nil {
@@ -204,6 +256,18 @@ func (b *baton) start() error {
 		time.Sleep(10 * time.Millisecond) // nothing to wait on but the port
 	}
 	return fmt.Errorf("baton %s not ready within 15s (%v); see %s", b.name, last, logf.Name())
+}
+
+// bindFailed reports whether the log at path, from offset on, says a listener
+// could not be opened because its address was in use.
+func bindFailed(path string, offset int64) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.NewSectionReader(f, offset, 1<<20))
+	return err == nil && strings.Contains(string(b), "address already in use")
 }
 
 // ready reports whether /readyz answers 200 and, once it does, records the

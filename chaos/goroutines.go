@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/batonhq/baton/internal/redistest"
 )
 
 // leakWait is how long goroutines get to end: the runner's after a scenario's
@@ -79,6 +81,11 @@ func countGoroutines(err error) int {
 // into another process; its goroutine profile (BATON_DEBUG_ADDR) can, with the
 // same rule: any goroutine not there at the baseline is a leak once it has had
 // wait to end. Each is a violation, its stack in the details.
+//
+// On a Redis Cluster a Baton keeps a pub/sub link per master (two goroutines)
+// from the first time one of its locks' channels is on that master, after the
+// baseline (clusterLinks): those are not counted, so long as they are what the
+// links of a sound store take.
 func checkBatonGoroutines(ctx context.Context, top *topology, out *row, wait time.Duration) {
 	top.hc.CloseIdleConnections()
 	for _, b := range top.batons {
@@ -88,11 +95,23 @@ func checkBatonGoroutines(ctx context.Context, top *topology, out *row, wait tim
 		if !running {
 			continue
 		}
-		left, err := b.leftGoroutines(ctx, wait)
+		var links *linkTally
+		if top.cluster != nil {
+			links = &linkTally{}
+		}
+		left, err := b.leftGoroutines(ctx, wait, func(now []goroutine) map[int]bool {
+			if links == nil {
+				return nil
+			}
+			return b.clusterLinks(ctx, top.cluster, now, links)
+		})
 		if err != nil {
 			out.violations++
 			out.details = append(out.details, fmt.Sprintf("baton %s: goroutines unreadable: %v", b.name, err))
 			continue
+		}
+		if links != nil {
+			out.details = append(out.details, fmt.Sprintf("baton %s: %s", b.name, links))
 		}
 		if len(left) == 0 {
 			continue
@@ -112,12 +131,79 @@ func checkBatonGoroutines(ctx context.Context, top *topology, out *row, wait tim
 	}
 }
 
+// The goroutines of a Baton's pub/sub link (store/dispatcher.go): its reader
+// and its writer, both started by newLink.
+const (
+	linkCreator = "created by github.com/batonhq/baton/store.(*dispatcher).newLink "
+	linkReader  = "github.com/batonhq/baton/store.(*dispatcher).receive("
+	linkWriter  = "github.com/batonhq/baton/store.(*dispatcher).write("
+)
+
+// linkTally is what clusterLinks last found.
+type linkTally struct {
+	readers, writers, masters int
+	gauge                     float64 // baton_pubsub_connections
+	ok                        bool
+}
+
+func (l *linkTally) String() string {
+	if l.ok {
+		return fmt.Sprintf("%d pub/sub links kept (baton_pubsub_connections %v; %d masters): their %d goroutines not counted",
+			l.readers, l.gauge, l.masters, l.readers+l.writers)
+	}
+	return fmt.Sprintf("pub/sub links not as a sound store keeps them, their goroutines counted: %d readers, %d writers, "+
+		"baton_pubsub_connections %v, %d masters", l.readers, l.writers, l.gauge, l.masters)
+}
+
+// clusterLinks are the ids of the goroutines of the process's pub/sub links
+// among now, when they are those of a store on cluster c that keeps at most a
+// link per master: as many readers as writers, as many links as its
+// baton_pubsub_connections says, and no more than c has masters now. Else
+// none: every one of them not in the baseline is a leak. A Baton makes a link
+// to a master the first time a channel of its needs one there (after the
+// baseline, taken once ready, before any waiter), keeps it while the node is
+// a master, and drops it once the node is not (a failover, its slots moved
+// away): store.TestClusterLinksSettleOnePerMaster.
+func (b *baton) clusterLinks(ctx context.Context, c *redistest.Cluster, now []goroutine, t *linkTally) map[int]bool {
+	var ids map[int]bool
+	ids, t.readers, t.writers = linkGoroutines(now)
+	t.gauge = b.gauge(ctx, "baton_pubsub_connections")
+	t.masters = len(masters(ctx, c))
+	t.ok = t.readers == t.writers && float64(t.readers) == t.gauge && t.readers <= t.masters
+	if !t.ok {
+		return nil
+	}
+	return ids
+}
+
+// linkGoroutines are the ids of the links' readers and writers among gs, and
+// how many of each.
+func linkGoroutines(gs []goroutine) (ids map[int]bool, readers, writers int) {
+	ids = map[int]bool{}
+	for _, g := range gs {
+		if !strings.Contains(g.stack, linkCreator) {
+			continue
+		}
+		switch {
+		case strings.Contains(g.stack, linkReader):
+			readers++
+		case strings.Contains(g.stack, linkWriter):
+			writers++
+		default:
+			continue
+		}
+		ids[g.id] = true
+	}
+	return ids, readers, writers
+}
+
 // maxStacks is how many leaked goroutines' stacks a detail shows.
 const maxStacks = 10
 
 // leftGoroutines waits up to wait for the process to have no goroutine but those
-// of its baseline, and returns the others it still has then.
-func (b *baton) leftGoroutines(ctx context.Context, wait time.Duration) ([]goroutine, error) {
+// of its baseline and those extra says it may have now, and returns the others
+// it still has then.
+func (b *baton) leftGoroutines(ctx context.Context, wait time.Duration, extra func(now []goroutine) map[int]bool) ([]goroutine, error) {
 	b.mu.Lock()
 	idle := b.idle
 	b.mu.Unlock()
@@ -126,9 +212,10 @@ func (b *baton) leftGoroutines(ctx context.Context, wait time.Duration) ([]gorou
 		if err != nil {
 			return nil, err
 		}
+		ok := extra(now)
 		var left []goroutine
 		for _, g := range now {
-			if !idle[g.id] {
+			if !idle[g.id] && !ok[g.id] {
 				left = append(left, g)
 			}
 		}

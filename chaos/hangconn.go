@@ -33,11 +33,10 @@ type hanger struct {
 
 func newHanger(base, key string) *hanger {
 	h := &hanger{}
-	var d net.Dialer
 	h.hc = &http.Client{Transport: &http.Transport{
 		DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := d.DialContext(ctx, network, addr)
+			c, err := dialBaton(ctx, network, addr)
 			if err != nil {
 				return nil, err
 			}

@@ -7,11 +7,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -57,7 +59,9 @@ func Start(t testing.TB, extra ...string) *Server {
 func StartServer(dir string, extra ...string) (*Server, error) {
 	var last error
 	for range 5 {
-		port, err := FreePort()
+		// Restart brings a server back on its port: one outside the
+		// ephemeral range, so that no outgoing connection is given it meanwhile.
+		port, err := StablePort()
 		if err != nil {
 			return nil, err
 		}
@@ -68,8 +72,9 @@ func StartServer(dir string, extra ...string) (*Server, error) {
 		}, extra...)
 		if slices.Contains(extra, "--cluster-enabled") {
 			// The cluster bus port is port+10000 unless told: often taken (an
-			// ephemeral port) or beyond 65535. A free one of its own.
-			bus, err := FreePort()
+			// ephemeral port) or beyond 65535. A free one of its own, as
+			// stable as the port across restarts.
+			bus, err := StablePort()
 			if err != nil {
 				return nil, err
 			}
@@ -93,10 +98,67 @@ func FreePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+// StablePort is a TCP port free on loopback right now and below the kernel's
+// ephemeral range (net.ipv4.ip_local_port_range), for a server that is
+// restarted on the same port: the kernel never gives such a port to an
+// outgoing connection, so while the server is down only another listener can
+// take it (FreePort's ports are ephemeral ones: any connect may take them).
+// It is FreePort when the range leaves too little room below it.
+func StablePort() (int, error) {
+	low := ephemeralLow()
+	if low-stableFloor < 1000 {
+		return FreePort()
+	}
+	for range 100 {
+		p := stableFloor + rand.IntN(low-stableFloor)
+		if portFree(p) {
+			return p, nil
+		}
+	}
+	return FreePort()
+}
+
+// portFree reports whether a listener could be opened on loopback port p now.
+func portFree(p int) bool {
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
+}
+
+// stableFloor is where StablePort's ports start: above the ports services
+// are usually configured on.
+const stableFloor = 10000
+
+// ephemeralLow is the low end of the kernel's ephemeral port range; Linux's
+// default (32768) when it cannot be read.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 32768
+	}
+	low, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 32768
+	}
+	return low
+}
+
 func (s *Server) start() error {
 	bin, err := Binary()
 	if err != nil {
 		return err
+	}
+	// Another server on the port would answer awaitPing before this one
+	// found the port taken and exited.
+	if !portFree(s.Port) {
+		return fmt.Errorf("start redis-server: port %d is in use", s.Port)
 	}
 	cmd := exec.Command(bin, s.args...)
 	out := &bytes.Buffer{}
@@ -173,17 +235,25 @@ func (s *Server) signal(sig syscall.Signal) {
 	}
 }
 
+// restartWait bounds how long Restart waits for the server's port to be free
+// again: another listener may hold it a while.
+const restartWait = 10 * time.Second
+
 // Restart starts the server again on the same port, empty (no persistence).
+// A start that fails (the port taken: redis-server exits at once) is tried
+// again for up to restartWait.
 func (s *Server) Restart() error {
 	s.Kill()
 	var err error
-	for range 50 { // the port may take a moment to be free again
+	for deadline := time.Now().Add(restartWait); ; {
 		if err = s.start(); err == nil {
 			return nil
 		}
-		time.Sleep(20 * time.Millisecond)
+		if time.Now().After(deadline) {
+			return fmt.Errorf("restart on port %d (tried for %v): %w", s.Port, restartWait, err)
+		}
+		time.Sleep(50 * time.Millisecond) // nothing to wait on but the port
 	}
-	return err
 }
 
 // Stop kills the server and removes nothing else: its dir belongs to the caller.
