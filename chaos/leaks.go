@@ -74,6 +74,12 @@ func awaitNoLeaks(ctx context.Context, rdb *redis.Client, settle time.Duration) 
 	return awaitKeys(ctx, rdb, settle, func(k string) bool { return isFence(k) || isTombstone(k) })
 }
 
+// isDeployment reports the keys of the deployment rather than of a lock name:
+// the idempotency secret and its fingerprint (store/secret.go), which live as
+// long as the deployment (README, Guarantees: "One key per deployment holds
+// the idempotency secret").
+func isDeployment(k string) bool { return k == keyPrefix+":secret" || k == keyPrefix+":secret:fp" }
+
 func isFence(k string) bool { return strings.HasSuffix(k, ":fence") }
 
 func isTombstone(k string) bool { return strings.Contains(k, "}:x:") }
@@ -110,13 +116,13 @@ func awaitKeys(ctx context.Context, rdb *redis.Client, wait time.Duration, skip 
 	}
 }
 
-// keysLeft lists Baton's keys but those skip skips.
+// keysLeft lists Baton's keys but those skip skips and the deployment's own.
 func keysLeft(ctx context.Context, rdb *redis.Client, skip func(string) bool) ([]key, error) {
 	var left []key
 	iter := rdb.Scan(ctx, 0, keyPrefix+":*", 1000).Iterator()
 	for iter.Next(ctx) {
 		k := iter.Val()
-		if skip(k) {
+		if skip(k) || isDeployment(k) {
 			continue
 		}
 		pttl, err := rdb.PTTL(ctx, k).Result()
