@@ -6,8 +6,6 @@ import (
 	"errors"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // An abandoned request is one whose client went away, or whose call to Redis
@@ -178,17 +176,6 @@ func (s *Store) stopCleaner(wait time.Duration) {
 	if n > 0 {
 		s.opt.Logger.Error().Int("left", n).Msg("shutting down with abandoned requests not undone: Redis did not answer; their holds last until their ttl")
 	}
-}
-
-// uncertain reports whether a failed call may still have run in Redis (or run
-// later): a timeout, a broken connection, a context ended in flight. An answer
-// from Redis (a script's own reply, an error reply) is definite.
-func uncertain(err error) bool {
-	if err == nil || !errors.Is(err, ErrUnavailable) || errors.Is(err, errExpired) {
-		return false
-	}
-	var rerr redis.Error
-	return !errors.As(err, &rerr)
 }
 
 // errExpired: a call reached Redis after its "not after" deadline and changed

@@ -54,7 +54,7 @@ func (s *Store) acquire1(ctx context.Context, r AcquireRequest, ids requestIDs) 
 	// Retried when the connection breaks: the script knows its own lease and
 	// ticket hashes, so a second run answers the first one's grant or ticket
 	// instead of leaving a lock held by a lease nobody was told of.
-	rep, err := s.runGrant(ctx, s.acquire, "acquire", ids.keys(s, r.Name), true, s.acquireArgs(r, ids, ids.lh, mode, 0)...)
+	rep, err := s.runCall(ctx, s.acquire, "acquire", ids.keys(s, r.Name), true, true, s.acquireArgs(r, ids, ids.lh, mode, 0)...)
 	if err != nil {
 		s.failed(made, err)
 		return AcquireResult{}, err

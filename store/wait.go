@@ -44,7 +44,7 @@ func (s *Store) waitLock(ctx context.Context, r AcquireRequest, ids requestIDs, 
 		woke := time.Now()
 		forward = true // until this try has an answer, a release it was given is not lost
 		// Retried when the connection breaks: idempotent, see Acquire.
-		rep, err := s.runGrant(ctx, s.acquire, "acquire", ids.keys(s, r.Name), true, s.acquireArgs(r, ids, ids.lh, "new", 0)...)
+		rep, err := s.runCall(ctx, s.acquire, "acquire", ids.keys(s, r.Name), true, true, s.acquireArgs(r, ids, ids.lh, "new", 0)...)
 		if err != nil {
 			s.failed(ids.undo(r.Name), err)
 			return AcquireResult{}, err
@@ -109,7 +109,7 @@ func (s *Store) waitFair(ctx context.Context, r AcquireRequest, ids requestIDs) 
 	t := ticketWait{name: r.Name, ticket: ids.ticket, th: ids.th, tlh: ids.tlh, own: ids.lh, by: r.By, keep: ids.ik != "", pid: ids.pid}
 	t.enqueue = func(ctx context.Context, poll time.Duration) (reply, error) {
 		// Retried when the connection breaks: idempotent, see Acquire.
-		return s.runGrant(ctx, s.acquire, "acquire", ids.keys(s, r.Name), true, s.acquireArgs(r, ids, ids.lh, "fair", poll)...)
+		return s.runCall(ctx, s.acquire, "acquire", ids.keys(s, r.Name), true, true, s.acquireArgs(r, ids, ids.lh, "fair", poll)...)
 	}
 	res, err := s.awaitTicket(ctx, t, time.Now().Add(r.Wait))
 	var limit *LimitError
@@ -207,7 +207,7 @@ func (s *Store) undoTicket(t ticketWait, uncertain bool) {
 
 func (s *Store) pollOnce(ctx context.Context, t ticketWait, poll time.Duration) (PollResult, error) {
 	keys := append(s.keys(t.name), s.ticketKey(t.name, t.th))
-	rep, err := s.runGrant(ctx, s.poll, "poll", keys, true, t.th, t.tlh, ms(poll), t.by, t.pid, s.notAfter(keys[0]))
+	rep, err := s.runCall(ctx, s.poll, "poll", keys, true, true, t.th, t.tlh, ms(poll), t.by, t.pid, s.notAfter(keys[0]))
 	if err != nil {
 		return PollResult{}, err
 	}
