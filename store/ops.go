@@ -24,6 +24,7 @@ func (s *Store) Acquire(ctx context.Context, r AcquireRequest) (AcquireResult, e
 	if ctx.Err() != nil { // nothing is created for a client already gone
 		return AcquireResult{}, clientGone("acquire", ctx)
 	}
+	defer s.track()()
 	ids, err := s.requestIDs(ctx, r)
 	if err != nil {
 		return AcquireResult{}, err

@@ -369,7 +369,7 @@ func (s *Store) Shutdown() {
 
 // Close shuts down, waits for the Redis calls in flight to end (each is bounded
 // by the client's timeouts), gives the requests abandoned meanwhile up to
-// closeUndoWait to be undone, and stops the pub/sub dispatcher. Calls after
+// closeUndoWait (all told) to end and be undone, and stops the pub/sub dispatcher. Calls after
 // Close answer ErrUnavailable. It does not close the client.
 func (s *Store) Close() error {
 	s.Shutdown()
@@ -377,7 +377,11 @@ func (s *Store) Close() error {
 		s.gate.Lock()
 		s.closed = true
 		s.gate.Unlock()
-		s.stopCleaner(closeUndoWait)
+		// A request whose call just failed queues its undo after the call gave
+		// the gate back: the cleaner stops only once those requests have ended.
+		deadline := time.Now().Add(closeUndoWait)
+		s.awaitRequests(deadline)
+		s.stopCleaner(time.Until(deadline))
 		s.opt.Gate.Close()
 	})
 	err := s.disp.close()

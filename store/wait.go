@@ -154,6 +154,7 @@ func (s *Store) Poll(ctx context.Context, ref Ref, wait time.Duration) (PollResu
 	if ctx.Err() != nil {
 		return PollResult{}, clientGone("poll", ctx)
 	}
+	defer s.track()()
 	t := ticketWait{name: ref.Name, ticket: ref.ID, th: hashID(ref.ID), tlh: hashID(ticketLease(ref.ID)), by: ref.By,
 		pid: newID()[:11]}
 	if wait <= 0 || s.shuttingDown() {
