@@ -13,10 +13,11 @@ import (
 // workload has ended, every hold, ticket and queue must be gone within settle
 // (awaitNoLeaks): at that moment the locks have finished. Then each name's fence
 // key may outlive its last grant, hold and ticket by BATON_FENCE_GUARD and no
-// more, and nothing else of the name may be left at all (README, Guarantees:
-// "After a name's last hold and ticket end, Redis keeps only its fence key, for
-// BATON_FENCE_GUARD; then nothing of the name"); so fenceGuard after the locks
-// finished (plus guardSlack for the runner's own reading) no key may be left.
+// more, and nothing else of the name may be left at all but the tombstones of
+// abandoned or ended requests, until the deadline of the calls they stop
+// (README, Guarantees: "Nothing stays behind"); so fenceGuard after the locks
+// finished (plus guardSlack for the runner's own reading) no key but a
+// tombstone may be left, and tombstoneLife after, none.
 // Each key left is a violation, reported once, with its type and remaining ttl.
 func (r *trial) checkKeys(ctx context.Context, out *row) error {
 	leaks, err := awaitNoLeaks(ctx, r.top.rdb, r.cfg.settle)
@@ -33,10 +34,18 @@ func (r *trial) checkKeys(ctx context.Context, out *row) error {
 		}
 	}
 	finished := time.Now()
-	left, err := awaitKeys(ctx, r.top.rdb, r.cfg.fenceGuard+guardSlack, func(string) bool { return false })
+	left, err := awaitKeys(ctx, r.top.rdb, r.cfg.fenceGuard+guardSlack, isTombstone)
 	if err != nil {
 		return err
 	}
+	// A tombstone lasts until the deadline of the call it stops, at most
+	// tombstoneLife after the call was sent, so before the locks finished.
+	tombs, err := awaitKeys(ctx, r.top.rdb, max(tombstoneLife-time.Since(finished), 0)+guardSlack,
+		func(k string) bool { return !isTombstone(k) })
+	if err != nil {
+		return err
+	}
+	left = append(left, tombs...)
 	after := time.Since(finished).Round(time.Millisecond)
 	for _, k := range left {
 		if reported[k.name] {
@@ -55,6 +64,11 @@ func (r *trial) checkKeys(ctx context.Context, out *row) error {
 	}
 	return nil
 }
+
+// tombstoneLife is the longest a tombstone (P:{N}:x:...) lives: until the
+// "not after" of the call it stops, store.WorstCall (8s) and the clock
+// estimate's margin (2s) after the call was sent (store/clock.go, callBudget).
+const tombstoneLife = 10 * time.Second
 
 // maxKeys is how many keys left of each kind the details show.
 const maxKeys = 5

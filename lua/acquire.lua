@@ -163,6 +163,9 @@ if ok and not head_ticket() then
   record('h', lh, ttl)
   grant(shared, limit, lh, ttl, owner, by, now, next_fence(now, ttl), ttl, '', ik)
   local hkey = (shared and (sprefix .. lh)) or lock
+  if ARGV[15] ~= '' then
+    redis.call('HSET', hkey, 'na', ARGV[15]) -- see end_hold
+  end
   if sd ~= '' then
     redis.call('HSET', hkey, 'sd', sd, 'ss', ARGV[18], 'sm', ARGV[19])
   end

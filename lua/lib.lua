@@ -16,8 +16,10 @@
 --                         sd, ss, sm (its session's, as for holds), q:<poll id>
 --                         (each poll's deadline), p and pp (the latest of them);
 --                         its existence is its liveness
---   P:{N}:x:<lease hash>  tombstone of an abandoned request (abandon.lua), kept
---                         briefly so that its acquire, run late, grants nothing
+--   P:{N}:x:<lease hash>  tombstone of an abandoned request (abandon.lua) or of
+--                         an ended hold (end_hold), kept until the deadline of
+--                         the request's call, so that a copy of its acquire run
+--                         late grants nothing
 --   P:{N}:x:p:<poll id>   tombstone of a ticket poll undone (unpoll.lua), likewise
 --   P:{N}:i:<key hash>    an Idempotency-Key's record (hash of the principal and
 --                         the key): b (body hash), k ('h' a hold or 't' a ticket),
@@ -33,7 +35,8 @@
 -- fence, owner, ttl (ms of the last grant or renewal), at (grant time, ms), tk
 -- (ticket hash while a handoff is unclaimed), by (the principal that made it),
 -- lim (shared: the limit it was granted under), ik (the key hash of its
--- idempotency record, '' for none), and for a hold of a session: sd (the
+-- idempotency record, '' for none), na (the "not after" of the acquire that
+-- made it, when it has one: see end_hold), and for a hold of a session: sd (the
 -- session's deadline on this lock's Redis clock: no extension goes past it),
 -- ss (the session's hash) and sm (its member there). A hold lives while Redis time <=
 -- its deadline (PEXPIRE; for shared holds also the score in P:{N}:s): every
@@ -192,9 +195,26 @@ local function set_deadline(kind, key, lh, ttl, now)
   keep_fence(ttl)
 end
 
--- end_hold removes a hold entirely (whatever its count).
+-- tombstone makes the acquire of lease hash lh, should a copy of it still
+-- reach Redis, grant nothing until deadline (Redis ms, inclusive): past it that
+-- copy changes nothing by itself (expired). A longer tombstone stays as it is.
+local function tombstone(lh, deadline, now)
+  local k, ms = lock .. ':x:' .. lh, deadline - now + 1
+  if ms > 0 and redis.call('PTTL', k) < ms then
+    redis.call('SET', k, '1', 'PX', ms)
+  end
+end
+
+-- end_hold removes a hold entirely (whatever its count). A hold its own acquire
+-- made keeps that call's deadline (na): a copy of the call still on its way (a
+-- retry answered first, the first attempt held up in the network) must not
+-- grant it again once it has ended, so a tombstone outlives it until then.
 local function end_hold(kind, key, lh, now)
   end_record(redis.call('HGET', key, 'ik'))
+  local na = tonumber(redis.call('HGET', key, 'na') or '')
+  if na then
+    tombstone(lh, na, now)
+  end
   redis.call('DEL', key)
   if kind == 's' then
     redis.call('ZREM', shkey, lh)

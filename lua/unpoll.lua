@@ -24,11 +24,14 @@
 local now = now_ms()
 local th, tlh, tt, pid, by = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
 if ARGV[6] ~= '' and pid ~= '' then
-  local life = 30000
   if ARGV[6] ~= '0' then
-    life = math.max(tonumber(ARGV[6]) - now, 0) + 1000
+    local k, life = lock .. ':x:p:' .. pid, tonumber(ARGV[6]) - now + 1
+    if life > 0 then
+      redis.call('SET', k, '1', 'PX', life)
+    end
+  else -- no deadline known: the store's fallback (store/abandon.go, tombstoneTTL)
+    redis.call('SET', lock .. ':x:p:' .. pid, '1', 'PX', 30000)
   end
-  redis.call('SET', lock .. ':x:p:' .. pid, '1', 'PX', life)
 end
 settle(now)
 if redis.call('EXISTS', KEYS[4]) == 1 then

@@ -18,10 +18,11 @@ import (
 // it run later; unpoll.lua turns a ticket poll's grant back into one kept for
 // the ticket's owner, who knows the ticket and may poll again.
 
-// tombstoneTTL is how long an abandoned request's tombstone lasts: longer than a
-// command already sent can take to reach Redis and run once Redis reads its
-// connection again. A SIGSTOPped Redis reads the abandon and the late script
-// within milliseconds of each other when it resumes.
+// tombstoneTTL is how long an abandoned request's tombstone lasts when its
+// calls carried no "not after" (the store had no estimate of the Redis clock
+// yet): longer than a command already sent can take to reach Redis and run
+// once Redis reads its connection again. With a deadline, the tombstone lasts
+// until that deadline and no longer.
 const tombstoneTTL = 30 * time.Second
 
 // maxUndos bounds the cleaner's backlog. Only requests in flight when Redis
@@ -35,7 +36,7 @@ type undo struct {
 	poll    bool   // a ticket poll: unpoll rather than abandon
 	pid     string // that poll's id
 	by      string // the principal of the request
-	until   string // the request's "not after" (clock.go), for the tombstone
+	until   string // the "not after" (clock.go) of the request's latest call: its tombstone lasts until then
 	tomb    bool   // the request's script may still run: leave a tombstone
 	keep    bool   // an idempotent request: its client recovers it; nothing to undo
 	since   time.Time
@@ -68,7 +69,9 @@ func (s *Store) undo(u undo) {
 		return
 	}
 	u.since = time.Now()
-	u.until = s.notAfter(s.lockKey(u.name)) // no earlier than the deadline of any call the request made
+	if u.until == "" { // no earlier than the deadline of any call the request made
+		u.until = s.notAfter(s.lockKey(u.name))
+	}
 	c := s.clean
 	c.mu.Lock()
 	if c.closed {

@@ -52,10 +52,12 @@ func (s *Store) acquire1(ctx context.Context, r AcquireRequest, ids requestIDs) 
 		mode = "fair"
 	}
 	made := ids.undo(r.Name)
+	args := s.acquireArgs(r, ids, ids.lh, mode, 0)
+	made.until = notAfterOf(args)
 	// Retried when the connection breaks: the script knows its own lease and
 	// ticket hashes, so a second run answers the first one's grant or ticket
 	// instead of leaving a lock held by a lease nobody was told of.
-	rep, err := s.runCall(ctx, s.acquire, "acquire", ids.keys(s, r.Name), true, true, s.acquireArgs(r, ids, ids.lh, mode, 0)...)
+	rep, err := s.runCall(ctx, s.acquire, "acquire", ids.keys(s, r.Name), true, true, args...)
 	if err != nil {
 		s.failed(made, err)
 		return AcquireResult{}, err
@@ -126,6 +128,9 @@ func (s *Store) settled(ctx context.Context, r AcquireRequest, ids requestIDs, r
 	}
 	return AcquireResult{}, nil, false
 }
+
+// notAfterOf is the "not after" (ARGV 15) of acquire.lua's args.
+func notAfterOf(args []any) string { return args[14].(string) }
 
 // acquireArgs are acquire.lua's ARGV for r under lease hash lh.
 func (s *Store) acquireArgs(r AcquireRequest, ids requestIDs, lh, mode string, poll time.Duration) []any {
