@@ -45,4 +45,5 @@ for _, h in ipairs({lh, tlh}) do
   end
 end
 settle(now)
+fit_fence(now)
 return {'abandoned', what}

@@ -85,7 +85,7 @@ if mode == 'reenter' then
     redis.call('PEXPIRE', record_key(ik), math.max(redis.call('PTTL', key), ttl) + IDEMPOTENCY_GRACE_MS)
   end
   redis.call('HINCRBY', key, 'count', 1)
-  redis.call('HSET', key, 'ttl', ttl, 'tk', '')
+  redis.call('HSET', key, 'ttl', ttl, 'tk', '', 'pc', '') -- its owner has it: see renew.lua
   set_deadline(kind, key, lh, ttl, now)
   return hold_reply('reentered', now, kind, key)
 end
