@@ -232,9 +232,10 @@ end
 -- retry answered first, the first attempt held up in the network) must not
 -- grant it again once it has ended, so a tombstone outlives it until then.
 local function end_hold(kind, key, lh, now)
-  end_record(redis.call('HGET', key, 'ik'))
+  local ik = redis.call('HGET', key, 'ik')
+  end_record(ik)
   local na = tonumber(redis.call('HGET', key, 'na') or '')
-  if na then
+  if na and (ik or '') == '' then -- with a key, its record answers a late copy (idem_used)
     tombstone(lh, na, now)
   end
   redis.call('DEL', key)
