@@ -2,20 +2,26 @@
 # `make test` installs what it needs and runs the whole suite.
 GO     ?= go
 
-.PHONY: run build test lint vet fmt-check spec-lint deps tools-test clean
+.PHONY: run build test lint vet fmt-check spec-lint rules-lint deps tools-test clean screenshots
 
 run: deps
 	$(GO) run ./cmd/server
 
+# bin/baton-server is the server, bin/baton the CLI (cmd/baton).
 build: deps
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o bin/baton ./cmd/server
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o bin/baton-server ./cmd/server
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o bin/baton ./cmd/baton
 
 deps:
 	$(GO) mod download
 
 # The tests start real redis-servers (and a redis-sentinel); the README
 # quickstart test runs curl; the PHP client's tests run PHPUnit on php with
-# ext-curl and Symfony Lock (neither has a command: clients/php/tools/need-php.sh).
+# ext-curl and Symfony Lock (neither has a command: clients/php/tools/need-php.sh);
+# the dashboard's browser test (ui/) drives Debian's chromium headless; deploy/'s
+# tests run promtool (Debian's prometheus package) over the alert rules, their
+# unit tests and the Grafana dashboard's queries, and HAProxy (haproxy.cfg) in
+# front of three Batons restarted in turn.
 tools-test:
 	@scripts/need.sh redis-server redis-server
 	@scripts/need.sh redis-sentinel redis-sentinel
@@ -26,11 +32,14 @@ tools-test:
 	@scripts/need.sh phpunit phpunit
 	@clients/php/tools/need-php.sh 'extension_loaded("curl")' php-curl
 	@clients/php/tools/need-php.sh 'is_file("/usr/share/php/Symfony/Component/Lock/LockFactory.php")' php-symfony-lock
+	@scripts/need.sh chromium chromium
+	@scripts/need.sh promtool prometheus
+	@scripts/need.sh haproxy haproxy
 
 test: deps tools-test lint
 	$(GO) test -race -count=1 -timeout 15m ./...
 
-lint: fmt-check vet spec-lint
+lint: fmt-check vet spec-lint rules-lint
 
 vet:
 	$(GO) vet ./...
@@ -43,8 +52,18 @@ fmt-check:
 spec-lint:
 	cd tools && $(GO) run github.com/daveshanley/vacuum lint --details --ruleset ../api/vacuum.yaml ../api/openapi.yaml
 
+# The Prometheus alert rules of deploy/ (their unit tests run in make test).
+rules-lint:
+	@scripts/need.sh promtool prometheus
+	promtool check rules deploy/prometheus/baton-alerts.yml
+
 clean:
 	rm -rf bin
+
+# The README's dashboard screenshots (docs/*.png), taken by the browser test;
+# make test takes them too, but into a temporary directory.
+screenshots: deps tools-test
+	$(GO) test -count=1 -run '^TestDashboard$$' ./ui -screenshots
 
 # The side-by-side benchmark of issue 4 (bench/): it starts its own redis-server,
 # etcd and Baton on free loopback ports. bench-quick: <= 2 min, writes
@@ -76,21 +95,26 @@ chaos: deps tools-test
 chaos-quick: deps tools-test
 	$(GO) run ./chaos
 
-# Native Go fuzzing (handlers/fuzz*_test.go) of request decoding and validation,
-# lock names and the whole router, over a real redis-server: each target for
-# FUZZTIME, one after another; fuzz-quick: 10s each. The committed corpus
-# (handlers/testdata/fuzz) also runs, as ordinary tests, in make test. Each of
-# FUZZPARALLEL workers starts its own redis-server. New inputs are minimized for
-# at most 300 runs: over real HTTP and Redis, the default 60 s stalls a short run.
+# Native Go fuzzing, each target for FUZZTIME, one after another: handlers/
+# (fuzz*_test.go) fuzzes request decoding and validation, lock names and the
+# whole router (with its Authorization header) over a real redis-server; auth/
+# (fuzz_test.go) fuzzes the Authorization header's parser and the keys file's.
+# fuzz-quick: 10s each. The committed corpora (<package>/testdata/fuzz) also
+# run, as ordinary tests, in make test. Each of FUZZPARALLEL workers of a
+# handlers target starts its own redis-server. New inputs are minimized for at
+# most 300 runs: over real HTTP and Redis, the default 60 s stalls a short run.
+# FUZZTARGETS are package:target pairs.
 FUZZTIME     ?= 30s
 FUZZPARALLEL ?= 1
-FUZZTARGETS  := FuzzAcquireBody FuzzRenewBody FuzzLockName FuzzRouter
+FUZZTARGETS  := handlers:FuzzAcquireBody handlers:FuzzRenewBody handlers:FuzzLockName handlers:FuzzRouter \
+	auth:FuzzBearer auth:FuzzParseKeys
 .PHONY: fuzz fuzz-quick
 
 fuzz: deps tools-test
-	@set -e; for t in $(FUZZTARGETS); do \
-		echo "fuzz: $$t for $(FUZZTIME)"; \
-		$(GO) test ./handlers -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 300x -parallel $(FUZZPARALLEL); \
+	@set -e; for pt in $(FUZZTARGETS); do \
+		p=$${pt%%:*}; t=$${pt#*:}; \
+		echo "fuzz: ./$$p $$t for $(FUZZTIME)"; \
+		$(GO) test ./$$p -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 300x -parallel $(FUZZPARALLEL); \
 	done
 
 fuzz-quick:

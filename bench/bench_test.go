@@ -4,9 +4,14 @@ import (
 	"context"
 	"errors"
 	"math"
+	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton/auth"
+	"github.com/batonhq/baton/internal/batontest"
 	"github.com/batonhq/baton/internal/redistest"
 )
 
@@ -146,3 +151,149 @@ func TestCountLabel(t *testing.T) {
 		}
 	}
 }
+
+func TestPrebuilt(t *testing.T) {
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "baton")
+	plain := filepath.Join(dir, "notes.txt")
+	if err := os.WriteFile(exe, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(plain, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		give    string
+		want    string
+		wantErr bool
+	}{
+		{give: exe, want: exe},
+		{give: plain, wantErr: true},
+		{give: dir, wantErr: true},
+		{give: filepath.Join(dir, "missing"), wantErr: true},
+	} {
+		got, err := prebuilt(tt.give)
+		if got != tt.want || (err != nil) != tt.wantErr {
+			t.Errorf("prebuilt(%q) = %q, %v; want %q, error %v", tt.give, got, err, tt.want, tt.wantErr)
+		}
+	}
+	if got := binaryCommit(plain); got != "" {
+		t.Errorf("binaryCommit(a text file) = %q, want none", got)
+	}
+}
+
+// TestSharedScript runs the shared scenario's redis-script side against a real
+// redis-server: overlapping shared pairs on one lock, and runs of shared tickets
+// that one release grants together.
+func TestSharedScript(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	pid, err := redisPID(ctx, srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb := newRedisClient(srv.Addr())
+	t.Cleanup(func() { _ = rdb.Close() })
+	s := newScriptLocker(rdb, "smoke")
+
+	pair := func(ctx context.Context, _ string) error { return s.sharedPair(ctx, "one") }
+	u, err := uncontended(ctx, target{sysRedisScript, pair, []int{pid}}, 4, 50*time.Millisecond, 200*time.Millisecond, 0, "smoke-s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.ops <= 0 || u.errors != 0 {
+		t.Errorf("shared pairs: got %+v, want pairs and no errors", u)
+	}
+	if n, err := rdb.Exists(ctx, "smoke:{one}", "smoke:{one}:s", "smoke:{one}:q").Result(); err != nil || n != 0 {
+		t.Errorf("after the shared pairs: %d hold or queue keys left (%v), want none", n, err)
+	}
+
+	r, err := sharedRounds(ctx, scriptSharedRound(rdb, s), 4, 3, "smoke-run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.rounds != 3 || r.firstP50 <= 0 || r.lastP50 < r.firstP50 || r.lastP99 < r.lastP50 {
+		t.Errorf("shared rounds: got %+v, want 3 rounds with 0 < first <= last", r)
+	}
+}
+
+// TestSharedBaton runs the shared scenario's Baton side against a real Baton:
+// a shared pair over HTTP, and runs of long-polled shared tickets.
+func TestSharedBaton(t *testing.T) {
+	srv := batontest.Start(t, batontest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b := newBatonShared(srv.URL)
+	t.Cleanup(b.hc.CloseIdleConnections)
+	for range 3 {
+		if err := b.pair(ctx, "one"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := sharedRounds(ctx, b.round, 4, 2, "run")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.rounds != 2 || r.firstP50 <= 0 || r.lastP50 < r.firstP50 {
+		t.Errorf("shared rounds: got %+v, want 2 rounds with 0 < first <= last", r)
+	}
+}
+
+// TestKeysMode checks -auth-compare's pieces against real Batons: the keys file
+// it writes is valid and grants lock on every name, its client's Bearer key is
+// accepted, and a Baton that serves without a key is caught.
+func TestKeysMode(t *testing.T) {
+	key := auth.NewKey()
+	path, err := writeKeysFile(t.TempDir(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := auth.ReadKeys(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 1 {
+		t.Fatalf("keys file: got %d keys, want 1", len(keys))
+	}
+	if k := keys[0]; k.SHA256 != auth.KeySHA256(key) || len(k.Allow) != 1 || !k.Allow[0].Allows(auth.ActionLock, "any:name") {
+		t.Errorf("keys file: got %+v, want the key's hash granted lock on every name", k)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	keyed := batontest.Start(t, batontest.Options{Keys: true})
+	if err := checkKeysMode(ctx, keyed.URL, keyed.Keys.Full); err != nil {
+		t.Errorf("keys mode: %v", err)
+	}
+	if err := batonPair(keyClient(keyed.URL, keyed.Keys.Full), 0)(ctx, "pair"); err != nil {
+		t.Errorf("a pair with the key: %v", err)
+	}
+	open := batontest.Start(t, batontest.Options{})
+	if err := checkKeysMode(ctx, open.URL, keyed.Keys.Full); err == nil {
+		t.Error("protected mode passed the keys-mode check, want an error")
+	}
+}
+
+func TestBearer(t *testing.T) {
+	var got string
+	rt := bearer{header: "Bearer k", next: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		got = r.Header.Get("Authorization")
+		return &http.Response{StatusCode: http.StatusNoContent, Body: http.NoBody, Request: r}, nil
+	})}
+	req, err := http.NewRequest(http.MethodGet, "http://example.invalid/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.RoundTrip(req); err != nil {
+		t.Fatal(err)
+	}
+	if got != "Bearer k" || req.Header.Get("Authorization") != "" {
+		t.Errorf("sent %q, caller's request now %q; want the header sent and the caller's request untouched",
+			got, req.Header.Get("Authorization"))
+	}
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -29,6 +29,13 @@ type config struct {
 	handoffWaiters []int
 	handoffSamples int // handoffs measured per run (at least; whole rounds)
 
+	// shared
+	sharedClients  int           // clients taking shared holds on one lock
+	sharedDuration time.Duration // measured part of one run of their pairs
+	sharedWarmup   time.Duration
+	sharedTickets  int // queued shared tickets one exclusive release grants
+	sharedRounds   int // runs of them per run
+
 	// waiters
 	waiterLevels []int // the last is raised to what the machine allows (see maxWaiters)
 	waiterCap    int   // never more than this many, whatever the machine allows
@@ -45,7 +52,12 @@ type config struct {
 	namesGuard  time.Duration  // fence guard of Baton and redis-script, and the leases' ttl
 	namesMax    map[string]int // system -> the most names it runs with; absent: no cap
 
-	etcdTmpfs bool // etcd's data directory on /dev/shm instead of disk
+	etcdTmpfs bool   // etcd's data directory on /dev/shm instead of disk
+	batonBin  string // a prebuilt Baton to run instead of building ./cmd/server; "" builds
+
+	// uncontended: also Baton with access control off and in keys mode
+	// (baton-off, baton-keys), beside the default protected mode (baton)
+	authCompare bool
 
 	scenarios map[string]bool // nil: all
 	systems   map[string]bool // nil: all
@@ -60,6 +72,11 @@ func quickConfig() config {
 		warmup:         250 * time.Millisecond,
 		handoffWaiters: []int{2, 16, 64},
 		handoffSamples: 64,
+		sharedClients:  16,
+		sharedDuration: time.Second,
+		sharedWarmup:   250 * time.Millisecond,
+		sharedTickets:  16,
+		sharedRounds:   40,
 		waiterLevels:   []int{1000, 10000, 20000},
 		waiterCap:      20000,
 		idleWindow:     1500 * time.Millisecond,
@@ -82,6 +99,11 @@ func fullConfig() config {
 		warmup:         500 * time.Millisecond,
 		handoffWaiters: []int{2, 16, 64},
 		handoffSamples: 300,
+		sharedClients:  16,
+		sharedDuration: 1500 * time.Millisecond,
+		sharedWarmup:   500 * time.Millisecond,
+		sharedTickets:  16,
+		sharedRounds:   100,
 		waiterLevels:   []int{1000, 10000, 20000, 50000},
 		waiterCap:      50000,
 		idleWindow:     4 * time.Second,

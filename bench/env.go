@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"debug/buildinfo"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,7 +21,8 @@ import (
 )
 
 // env is everything the benchmark started: one redis-server shared by Baton,
-// redislock and redis-script, one etcd, and Baton built from the tree.
+// redislock and redis-script, one etcd, and Baton built from the tree (or the
+// prebuilt binary of -baton-bin).
 type env struct {
 	cfg      config
 	root     string
@@ -87,9 +89,14 @@ func newEnv(ctx context.Context, root string, cfg config) (e *env, err error) {
 		e.pin.Processes["etcd"] = allowedCPUs(e.etcd.pid())
 	}
 	if cfg.wantSystem(sysBaton) {
-		fmt.Println("building baton ...")
-		if err := e.buildBaton(ctx); err != nil {
-			return nil, err
+		if cfg.batonBin != "" {
+			e.batonBin = cfg.batonBin
+			fmt.Printf("baton: %s (prebuilt)\n", e.batonBin)
+		} else {
+			fmt.Println("building baton ...")
+			if err := e.buildBaton(ctx); err != nil {
+				return nil, err
+			}
 		}
 		if e.baton, e.batonURL, err = e.startBaton(ctx); err != nil {
 			return nil, err
@@ -99,16 +106,22 @@ func newEnv(ctx context.Context, root string, cfg config) (e *env, err error) {
 	return e, nil
 }
 
+// batonSettings is how startBaton configures every Baton, for results.json.
+const batonSettings = "BATON_LOG_LEVEL=warn BATON_MAX_WAIT=10m BATON_MAX_WAITERS=100000, other settings default"
+
 func (e *env) setup() setup {
 	s := setup{
 		Redis:    "redis-server, no persistence (--save '' --appendonly no), shared by baton, redislock and redis-script",
 		EtcdData: "disk: a temporary directory under " + os.TempDir() + " (etcd fsyncs its WAL on every write)",
-		Baton:    "built from the tree; BATON_LOG_LEVEL=warn BATON_MAX_WAIT=10m BATON_MAX_WAITERS=100000, other settings default",
+		Baton:    "built from the tree" + binaryCommit(e.batonBin) + "; " + batonSettings,
 		Runs:     e.cfg.runs,
 		Duration: fmt.Sprintf("%v measured after %v warm-up", e.cfg.duration, e.cfg.warmup),
 		Loop:     "closed loop, latency per pair from its start",
 		Names: fmt.Sprintf("a redis-server and a Baton of its own (BATON_FENCE_GUARD=%v), redis-script composed with the same guard; leases of %v; %d clients",
 			e.cfg.namesGuard, e.cfg.namesGuard, namesClients),
+	}
+	if e.cfg.batonBin != "" {
+		s.Baton = "prebuilt " + e.cfg.batonBin + binaryCommit(e.batonBin) + "; " + batonSettings
 	}
 	if e.cfg.etcdTmpfs {
 		s.EtcdData = "tmpfs (/dev/shm): its fsyncs cost nothing, like Redis without persistence"
@@ -117,6 +130,36 @@ func (e *env) setup() setup {
 		s.Loop = fmt.Sprintf("open loop at %.0f pairs/s, latency from each pair's intended start", e.cfg.rate)
 	}
 	return s
+}
+
+// binaryCommit is " (commit X)" for a Go binary built in a git checkout (go
+// build stamps the revision), with ", modified" when the checkout had changes;
+// "" when the binary says nothing.
+func binaryCommit(path string) string {
+	if path == "" {
+		return ""
+	}
+	bi, err := buildinfo.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	var rev, modified string
+	for _, st := range bi.Settings {
+		switch st.Key {
+		case "vcs.revision":
+			rev = st.Value
+		case "vcs.modified":
+			modified = st.Value
+		}
+	}
+	if rev == "" {
+		return ""
+	}
+	rev = rev[:min(len(rev), 12)]
+	if modified == "true" {
+		return " (commit " + rev + ", modified)"
+	}
+	return " (commit " + rev + ")"
 }
 
 // cpuMark is a moment's CPU accounting, to tell this run's CPU use from other

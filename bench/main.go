@@ -3,12 +3,14 @@
 // layer can approach), on one machine in one run, and writes bench/results.json
 // (and, with -full, bench/RESULTS.md and bench/results.svg). See issue 4. Its
 // names scenario measures what a lock name costs Redis after its last release
-// (issue 16), and makes the run exit 1 when keys outlive the fence guard.
+// (issue 16), and makes the run exit 1 when keys outlive the fence guard; its
+// shared scenario, shared holds on one lock (issue 10).
 //
 // It starts everything it measures itself, on free loopback ports: a redis-server,
 // an etcd and a Baton built from this tree, and stops them again at the end, also
 // on error and Ctrl-C. On a machine with two or more CPUs the serving side runs on
-// CPU 1 and this process (the load generator) on CPU 0.
+// CPU 1 and this process (the load generator) on CPU 0. With -baton-bin it runs
+// a prebuilt Baton instead, to compare two commits (see the README).
 //
 //	go run ./bench          # quick: about a minute and a half
 //	go run ./bench -full    # full: under ten minutes, also writes RESULTS.md and the chart
@@ -53,15 +55,17 @@ func main() {
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	full := fs.Bool("full", false, "the full comparison (<= 10 min); also writes RESULTS.md and results.svg")
-	only := fs.String("only", "", "comma-separated scenarios to run (uncontended,handoff,waiters,expiry_handoff,names); default all")
+	only := fs.String("only", "", "comma-separated scenarios to run (uncontended,handoff,shared,waiters,expiry_handoff,names); default all")
 	systems := fs.String("systems", "", "comma-separated systems to run (baton,etcd,redislock,redis-script); default all")
 	rate := fs.Float64("rate", 0, "uncontended: open-loop at this many pairs/s per run instead of closed-loop max throughput")
 	etcdTmpfs := fs.Bool("etcd-tmpfs", false, "put etcd's data directory on tmpfs (/dev/shm), so its fsyncs cost nothing")
 	duration := fs.Duration("duration", 0, "uncontended: measured time of one run (default: the mode's)")
 	concurrency := fs.Int("concurrency", 0, "uncontended: only this concurrency (default: 1, 16 and 64)")
-	outDir := fs.String("out", "", "directory for results.json etc. (default: bench/ of the module)")
+	outDir := fs.String("out", "", "directory for results.json etc., made if missing (default: bench/ of the module)")
 	names := fs.String("names", "", "names: comma-separated counts of distinct names (default: the mode's)")
 	namesGuard := fs.Duration("names-guard", 0, "names: the fence guard, and the leases' ttl (default: the mode's)")
+	authCompare := fs.Bool("auth-compare", false, "uncontended: also run Baton with BATON_AUTH=off (baton-off) and in keys mode with a Bearer key (baton-keys)")
+	batonBin := fs.String("baton-bin", "", "run this prebuilt Baton server binary instead of building ./cmd/server (to compare commits: see the README)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -72,6 +76,12 @@ func run(ctx context.Context, args []string) error {
 	}
 	cfg.rate = *rate
 	cfg.etcdTmpfs = *etcdTmpfs
+	cfg.authCompare = *authCompare
+	if *batonBin != "" {
+		if cfg.batonBin, err = prebuilt(*batonBin); err != nil {
+			return err
+		}
+	}
 	if *duration > 0 {
 		cfg.duration = *duration
 	}
@@ -100,6 +110,9 @@ func run(ctx context.Context, args []string) error {
 	if dir == "" {
 		dir = filepath.Join(root, "bench")
 	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("-out: %w", err)
+	}
 
 	started := time.Now()
 	e, err := newEnv(ctx, root, cfg)
@@ -126,6 +139,7 @@ func run(ctx context.Context, args []string) error {
 	}{
 		{"uncontended", runUncontendedAll},
 		{"handoff", runHandoffAll},
+		{"shared", runSharedAll},
 		{"waiters", runWaitersAll},
 		{"expiry_handoff", runExpiryAll},
 		{"names", runNamesAll},
@@ -188,6 +202,23 @@ func moduleRoot() (string, error) {
 		}
 		dir = parent
 	}
+}
+
+// prebuilt is the absolute path of an executable regular file, or an error
+// saying why path is not one.
+func prebuilt(path string) (string, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", fmt.Errorf("-baton-bin %s: %w", path, err)
+	}
+	st, err := os.Stat(abs)
+	if err != nil {
+		return "", fmt.Errorf("-baton-bin: %w", err)
+	}
+	if !st.Mode().IsRegular() || st.Mode().Perm()&0o111 == 0 {
+		return "", fmt.Errorf("-baton-bin %s: not an executable file", path)
+	}
+	return abs, nil
 }
 
 func splitSet(s string) map[string]bool {

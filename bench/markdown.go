@@ -51,10 +51,16 @@ Everything runs on this one machine, started by the harness on free loopback
 ports: one redis-server (no persistence) shared by Baton, redislock and
 redis-script; one etcd (single member; its data directory is given under Setup:
 on disk by default, as etcd is deployed, fsyncing its WAL on every write, or on
-tmpfs with ` + "`-etcd-tmpfs`" + `); Baton built from the tree.
+tmpfs with ` + "`-etcd-tmpfs`" + `); Baton built from the tree, or the prebuilt
+binary ` + "`-baton-bin`" + ` names (Setup says which, and its commit).
 
 - **baton**: HTTP/1.1 through the ` + "`client`" + ` package: POST /v1/locks/{name},
   DELETE the lease.
+- **baton-off**, **baton-keys** (only with ` + "`-auth-compare`" + `, in uncontended):
+  the same Baton binary, each in a process of its own with its own key prefix,
+  with ` + "`BATON_AUTH=off`" + `, and in keys mode (` + "`BATON_AUTH_FILE`" + ` with one key granted
+  lock on ` + "`*`" + `, sent by the client as ` + "`Authorization: Bearer`" + `); ` + "`baton`" + ` is the
+  default, protected mode.
 - **etcd**: its JSON gateway with net/http: lease grant, /v3/lock/lock,
   /v3/lock/unlock, lease revoke, which is what one acquire+release costs a client
   of that API.
@@ -84,6 +90,17 @@ Scenarios:
   releases at once. Handoff = the moment the next waiter sees its grant minus the
   moment the previous holder sent its release. Inversions = grants to anyone but
   the earliest-arrived waiter still waiting, summed over all grants.
+- **shared**: 16 clients (closed loop) take a shared
+  hold on one lock and release it, for a fixed time after a warm-up: pairs/s,
+  latency per pair and server CPU per pair as in uncontended (baton: POST with
+  ` + "`shared: true`" + `, DELETE the lease; redis-script: Baton's acquire script with
+  shared '1' and its release script). And rounds of a run: an exclusive holder,
+  16 shared fair tickets queued behind it in arrival order (baton: each
+  long-polled, the release sent once Baton holds all 16 polls; redis-script:
+  queued with Baton's scripts, grants read from one pub/sub subscription), then
+  the holder's release, which grants all 16 in one script call. Per round: the
+  time from the release being sent to the first, and to the last, of the 16
+  holding; the grants are released after that, outside the measured time.
 - **waiters**: a fresh Baton holds N non-fair acquires (wait 10 min) behind 100
   held locks, one connection each (several loopback source addresses past 20000).
   RSS per waiter = (VmRSS with N waiting - VmRSS before) / N; Redis connections

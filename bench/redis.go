@@ -53,6 +53,23 @@ func newScriptLockerWith(rdb *redis.Client, prefix string, guard, ttl time.Durat
 		acq: redis.NewScript(lua.Compose(lua.Acquire, set)), rel: redis.NewScript(lua.Compose(lua.Release, set))}
 }
 
+// args are acquire.lua's 16 ARGV as Baton's store sends them for a request of
+// mode ('new' or 'fair') under lease hash lh, with no principal, owner,
+// idempotency key, session or deadline. A fair request names its ticket (th,
+// granted under tlh) and its wait: pollMs under poll id pid, so that the
+// ticket's grant counts as claimed by a waiter that is listening, as Baton's
+// long-poll does.
+func (s *scriptLocker) args(lh string, ttlMs int64, mode, th, tlh string, shared bool, pollMs int64, pid string) []any {
+	sh := "0"
+	if shared {
+		sh = "1"
+	}
+	return []any{lh, ttlMs, "", mode, th, tlh, ticketTTLMs, pollMs, "", sh, "0", "", "", "", "", pid}
+}
+
+// ticketTTLMs is Baton's default ticket ttl (BATON_TICKET_TTL).
+const ticketTTLMs = 10000
+
 func (s *scriptLocker) keys(name string) []string {
 	lock := s.prefix + ":{" + name + "}"
 	return []string{lock, lock + ":fence", lock + ":q", lock}
@@ -61,16 +78,34 @@ func (s *scriptLocker) keys(name string) []string {
 // pair acquires and releases name, as Baton's store does for a free lock: a fresh
 // 128-bit lease id whose SHA-256 is what Redis keeps.
 func (s *scriptLocker) pair(ctx context.Context, name string) error {
+	return s.pairMode(ctx, name, false)
+}
+
+// pairMode is pair, for a shared hold when shared is set.
+func (s *scriptLocker) pairMode(ctx context.Context, name string, shared bool) error {
 	lh := leaseHash()
 	keys := s.keys(name)
-	v, err := s.acq.Run(ctx, s.rdb, keys, lh, s.ttlMs, "", "new", "", "", 0, 0, "", "0", "0", "", "", "").Slice()
+	if err := s.acquire(ctx, keys, s.args(lh, s.ttlMs, "new", "", "", shared, 0, ""), "granted"); err != nil {
+		return err
+	}
+	return s.release(ctx, keys, lh)
+}
+
+// acquire runs the acquire script and checks that it answered want.
+func (s *scriptLocker) acquire(ctx context.Context, keys []string, args []any, want string) error {
+	v, err := s.acq.Run(ctx, s.rdb, keys, args...).Slice()
 	if err != nil {
 		return fmt.Errorf("acquire script: %w", err)
 	}
-	if code, _ := v[0].(string); code != "granted" {
-		return fmt.Errorf("acquire script: %v", v[0])
+	if code, _ := v[0].(string); code != want {
+		return fmt.Errorf("acquire script: %v, want %s", v[0], want)
 	}
-	v, err = s.rel.Run(ctx, s.rdb, keys[:3], lh, "", "0").Slice()
+	return nil
+}
+
+// release releases one hold of lease hash lh on the lock of keys.
+func (s *scriptLocker) release(ctx context.Context, keys []string, lh string) error {
+	v, err := s.rel.Run(ctx, s.rdb, keys[:3], lh, "", "0").Slice()
 	if err != nil {
 		return fmt.Errorf("release script: %w", err)
 	}
@@ -78,6 +113,13 @@ func (s *scriptLocker) pair(ctx context.Context, name string) error {
 		return fmt.Errorf("release script: %v", v[0])
 	}
 	return nil
+}
+
+// pollID names one wait on a ticket, as the store's poll ids do.
+func pollID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 func leaseHash() string {
@@ -117,7 +159,7 @@ func scriptHandoff(rdb *redis.Client, s *scriptLocker) handoffRound {
 	return func(ctx context.Context, name string, n int, ch *chain) error {
 		keys := s.keys(name)
 		holder := leaseHash()
-		v, err := s.acq.Run(ctx, rdb, keys, holder, 60000, "", "new", "", "", 0, 0, "", "0", "0", "", "", "").Slice()
+		v, err := s.acq.Run(ctx, rdb, keys, s.args(holder, 60000, "new", "", "", false, 0, "")...).Slice()
 		if err != nil {
 			return err
 		}
@@ -135,7 +177,7 @@ func scriptHandoff(rdb *redis.Client, s *scriptLocker) handoffRound {
 			th := leaseHash()
 			leases[i] = leaseHash()
 			tkeys := []string{keys[0], keys[1], keys[2], keys[0] + ":t:" + th}
-			v, err := s.acq.Run(ctx, rdb, tkeys, leaseHash(), 60000, "", "fair", th, leases[i], 10000, 60000, "", "0", "0", "", "", "").Slice()
+			v, err := s.acq.Run(ctx, rdb, tkeys, s.args(leaseHash(), 60000, "fair", th, leases[i], false, 60000, pollID())...).Slice()
 			if err != nil {
 				return err
 			}

@@ -33,6 +33,26 @@ type handoffRow struct {
 	grants     int
 }
 
+// sharedRow is the shared scenario: Clients clients taking and releasing shared
+// holds on one lock (pairs/s, latency per pair, server CPU per pair), and runs of
+// Tickets queued shared tickets that one exclusive release grants together
+// (from the release sent to the first, and the last, of them holding).
+type sharedRow struct {
+	Scenario     string  `json:"scenario"`
+	System       string  `json:"system"`
+	Clients      int     `json:"clients"`
+	OpsPerSec    float64 `json:"ops_per_sec"`
+	P50          float64 `json:"p50_ms"`
+	P99          float64 `json:"p99_ms"`
+	ServerCPU    float64 `json:"server_cpu_us_per_op"`
+	Tickets      int     `json:"run_tickets"`
+	FirstP50     float64 `json:"run_first_p50_ms"`
+	LastP50      float64 `json:"run_last_p50_ms"`
+	LastP99      float64 `json:"run_last_p99_ms"`
+	Rounds       int     `json:"run_rounds"`
+	generatorCPU float64 // percent of one CPU
+}
+
 type waitersRow struct {
 	Scenario     string  `json:"scenario"`
 	System       string  `json:"system"`
@@ -90,6 +110,7 @@ type results struct {
 
 	Uncontended []uncontendedRow `json:"-"`
 	Handoff     []handoffRow     `json:"-"`
+	Shared      []sharedRow      `json:"-"`
 	Waiters     []waitersRow     `json:"-"`
 	Expiry      []expiryRow      `json:"-"`
 	Names       []namesRow       `json:"-"`
@@ -112,6 +133,9 @@ func (r *results) writeJSON(path string) error {
 		rows = append(rows, x)
 	}
 	for _, x := range r.Handoff {
+		rows = append(rows, x)
+	}
+	for _, x := range r.Shared {
 		rows = append(rows, x)
 	}
 	for _, x := range r.Waiters {
@@ -251,6 +275,7 @@ func evaluateGoals(r *results) []goal {
 	}
 	x := r.exp(sysBaton)
 	add("expiry_handoff: baton p99 <= 50 ms", x != nil, gotExp(x), x != nil && x.P99 <= 50)
+	gs = append(gs, authGoals(r)...)
 	return append(gs, namesGoals(r)...)
 }
 

@@ -17,9 +17,27 @@ const (
 // targets are the systems of the uncontended scenario, in table order.
 func (e *env) targets(ctx context.Context) ([]target, func(), error) {
 	var ts []target
-	rdb := newRedisClient(e.redis.Addr())
+	var variants []authVariant
 	if e.cfg.wantSystem(sysBaton) {
 		ts = append(ts, target{sysBaton, batonPair(client.New(e.batonURL), 0), e.batonPIDs()})
+		if e.cfg.authCompare {
+			var err error
+			if variants, err = e.startAuthVariants(ctx); err != nil {
+				return nil, nil, err
+			}
+			for _, v := range variants {
+				c := client.New(v.url)
+				if v.key != "" {
+					c = keyClient(v.url, v.key)
+				}
+				ts = append(ts, target{v.system, batonPair(c, 0), []int{v.proc.pid(), e.redisPID}})
+			}
+		}
+	}
+	rdb := newRedisClient(e.redis.Addr())
+	closeAll := func() {
+		rdb.Close()
+		stopAuthVariants(variants)
 	}
 	if e.cfg.wantSystem(sysEtcd) {
 		ts = append(ts, target{sysEtcd, newEtcdClient(e.etcdURL).pair, []int{e.etcd.pid()}})
@@ -32,10 +50,10 @@ func (e *env) targets(ctx context.Context) ([]target, func(), error) {
 	}
 	// Load the scripts before the first measured call.
 	if err := newScriptLocker(rdb, scriptPrefix).pair(ctx, "warm"); err != nil {
-		rdb.Close()
+		closeAll()
 		return nil, nil, err
 	}
-	return ts, func() { rdb.Close() }, nil
+	return ts, closeAll, nil
 }
 
 // handoffRounds are the systems of the handoff scenario. redislock is in, with a

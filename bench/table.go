@@ -74,6 +74,7 @@ func (r *results) table() string {
 			b.WriteString(mdTable([]string{"concurrency", "baton/etcd throughput", "baton/redis-script throughput", "baton/etcd server CPU per pair"}, rr))
 			b.WriteString("\n")
 		}
+		b.WriteString(r.authTable())
 	}
 	if len(r.Handoff) > 0 {
 		b.WriteString("### handoff: release sent -> next queued waiter holds the lock (median of runs; inversions summed)\n\n")
@@ -88,6 +89,7 @@ func (r *results) table() string {
 		b.WriteString(mdTable([]string{"system", "waiters", "p50 ms", "p99 ms", "inversions / grants", "etcd p50 / baton p50"}, rows))
 		b.WriteString("\n")
 	}
+	b.WriteString(r.sharedTable())
 	if len(r.Waiters) > 0 {
 		b.WriteString("### waiters: long-polls held by one Baton process (non-fair acquires, wait 10 min, 100 held locks)\n\n")
 		var rows [][]string
@@ -112,7 +114,11 @@ func (r *results) table() string {
 	}
 	b.WriteString(r.namesTable())
 	b.WriteString(r.loadNote() + "\n\n")
-	b.WriteString("### goals (issue 4; names: issue 16)\n\n")
+	issues := "issue 4; names: issue 16"
+	if len(authGoals(r)) > 0 {
+		issues += "; access control: issue 9"
+	}
+	b.WriteString("### goals (" + issues + ")\n\n")
 	var rows [][]string
 	for _, g := range r.Goals {
 		rows = append(rows, []string{g.Status, g.Goal, g.Got})
@@ -124,11 +130,33 @@ func (r *results) table() string {
 // loadNote says how much other processes used the machine while this ran.
 func (r *results) loadNote() string {
 	var by []string
-	for _, sc := range []string{"uncontended", "handoff", "waiters", "expiry_handoff", "names"} {
+	for _, sc := range []string{"uncontended", "handoff", "shared", "waiters", "expiry_handoff", "names"} {
 		if v, ok := r.Load.Scenarios[sc]; ok {
 			by = append(by, fmt.Sprintf("%s %.1f%%", sc, v))
 		}
 	}
 	return fmt.Sprintf("Other processes on the machine used %.1f%% of its CPU time during the run (%s); load average %s at the start, %s at the end.",
 		r.Load.Run, strings.Join(by, ", "), r.Load.Start, r.Load.End)
+}
+
+// sharedTable is the shared section of the table, or "".
+func (r *results) sharedTable() string {
+	if len(r.Shared) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	x0 := r.Shared[0]
+	fmt.Fprintf(&b, "### shared: %d clients taking shared holds on one lock; runs of %d queued shared tickets granted by one exclusive release (median of runs)\n\n",
+		x0.Clients, x0.Tickets)
+	var rows [][]string
+	for _, x := range r.Shared {
+		rows = append(rows, []string{x.System, f0(x.OpsPerSec), f3(x.P50), f3(x.P99), f1(x.ServerCPU), f0(x.generatorCPU),
+			f3(x.FirstP50), f3(x.LastP50), f3(x.LastP99), fmt.Sprint(x.Rounds)})
+	}
+	b.WriteString(mdTable([]string{"system", "pairs/s", "p50 ms", "p99 ms", "server CPU µs/pair", "generator CPU %",
+		"run: first holds p50 ms", "run: last holds p50 ms", "run: last holds p99 ms", "rounds"}, rows))
+	fmt.Fprintf(&b, "\nPairs: each client takes a shared hold on the one lock and releases it, closed loop; the holds overlap. "+
+		"Run: the time from the exclusive holder's release being sent to the first, and the last, of the %d tickets holding "+
+		"(baton: its long-poll answered with the lease; redis-script: its grant read from pub/sub).\n\n", x0.Tickets)
+	return b.String()
 }

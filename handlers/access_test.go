@@ -228,10 +228,9 @@ func TestProtectedMode(t *testing.T) {
 func TestAuthReload(t *testing.T) {
 	k := newTestKeys()
 	e := newEnv(t, envOptions{Keys: k.file()})
-	w := e.send(req{Method: "GET", Path: "/v1/locks/billing:r?wait_ms=3000", Header: bearer(k.billing)})
 	hold := e.do(req{Method: "POST", Path: "/v1/locks/billing:r", Body: map[string]any{}, Header: bearer(k.billing)})
 	wantStatus(t, hold, http.StatusCreated, "")
-	w = e.send(req{Method: "GET", Path: "/v1/locks/billing:r?wait_ms=3000", Header: bearer(k.billing)})
+	w := e.send(req{Method: "GET", Path: "/v1/locks/billing:r?wait_ms=3000", Header: bearer(k.billing)})
 	e.awaitWaiters(1)
 
 	newKey := auth.NewKey()
@@ -281,7 +280,7 @@ func TestKeysNeverLeak(t *testing.T) {
 	}
 	ctx := context.Background()
 	var dump strings.Builder
-	for _, rk := range e.Redis.Keys(ctx, "*").Val() {
+	for _, rk := range must(allKeys(ctx, e.Redis, "*")) {
 		v, _ := e.Redis.Dump(ctx, rk).Result()
 		dump.WriteString(rk + v)
 	}

@@ -452,6 +452,7 @@ func TestBadRoute(t *testing.T) {
 	runBad(t, f.e, []badCase{
 		{name: "404/other version", give: req{Method: "GET", Path: "/v2/locks/held"}, want: notFound},
 		{name: "405/collection", give: req{Method: "PUT", Path: "/v1/locks", Body: map[string]any{}}, want: notAllowed("GET", "HEAD")},
+		{name: "405/POST collection", give: req{Method: "POST", Path: "/v1/locks", Body: map[string]any{}}, want: notAllowed("GET", "HEAD")},
 		{name: "404/collection slash", give: req{Method: "POST", Path: "/v1/locks/", Body: map[string]any{}}, want: notFound},
 		{name: "404/leases collection", give: req{Method: "GET", Path: "/v1/locks/held/leases"}, want: notFound},
 		{name: "404/unknown sub-resource", give: req{Method: "GET", Path: "/v1/locks/held/owner"}, want: notFound},

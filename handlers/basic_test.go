@@ -5,8 +5,10 @@ import (
 	"testing"
 )
 
-func TestAcquireRenewRelease(t *testing.T) {
-	e := newEnv(t, envOptions{})
+func TestAcquireRenewRelease(t *testing.T) { onBoth(t, testAcquireRenewRelease) }
+
+func testAcquireRenewRelease(t *testing.T, cluster bool) {
+	e := newEnv(t, envOptions{Cluster: cluster})
 	l := e.acquire("basic", map[string]any{"ttl_ms": 5000, "owner": "worker-1"})
 	if l.Header.Get("Location") != l.Str("url") {
 		t.Fatalf("Location %q, url %q", l.Header.Get("Location"), l.Str("url"))

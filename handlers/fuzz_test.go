@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -20,6 +22,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/batonhq/baton/api"
+	"github.com/batonhq/baton/auth"
 	"github.com/batonhq/baton/handlers"
 	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/store"
@@ -50,6 +53,12 @@ func validName(n string) bool { return lockNameRE.MatchString(n) && n != "." && 
 // a long run does not pile up access log lines and every log line is a finding.
 func fuzzEnv(f *testing.F, limits handlers.Limits) *env {
 	f.Helper()
+	return fuzzEnvKeys(f, limits, "")
+}
+
+// fuzzEnvKeys is fuzzEnv in keys mode when keys (a keys file, YAML) is set.
+func fuzzEnvKeys(f *testing.F, limits handlers.Limits, keys string) *env {
+	f.Helper()
 	prefix := "fz" + strconv.FormatInt(prefixSeq.Add(1), 10) + "x" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 	rdb, err := store.NewClient(sharedRedis.URL())
 	if err != nil {
@@ -59,7 +68,17 @@ func fuzzEnv(f *testing.F, limits handlers.Limits) *env {
 	log := zerolog.New(logs).Level(zerolog.WarnLevel)
 	m := metrics.New()
 	st := store.New(rdb, store.Options{Prefix: prefix, Logger: log, Metrics: m})
-	srv := httptest.NewServer(handlers.NewServer(handlers.Deps{Store: st, Limits: limits, Logger: log, Metrics: m, Spec: api.Spec}))
+	var guard *auth.Guard
+	if keys != "" {
+		file := filepath.Join(f.TempDir(), "keys.yaml")
+		if err := os.WriteFile(file, []byte(keys), 0o600); err != nil {
+			f.Fatal(err)
+		}
+		if guard, err = auth.NewGuard(auth.Config{File: file, Logger: log}); err != nil {
+			f.Fatal(err)
+		}
+	}
+	srv := httptest.NewServer(handlers.NewServer(handlers.Deps{Store: st, Limits: limits, Logger: log, Metrics: m, Spec: api.Spec, Guard: guard}))
 	f.Cleanup(func() {
 		st.Shutdown()
 		srv.Close()
@@ -67,7 +86,7 @@ func fuzzEnv(f *testing.F, limits handlers.Limits) *env {
 		_ = rdb.Close()
 	})
 	return &env{URL: srv.URL, Store: st, Redis: sharedRedis.Client(f), Server: sharedRedis, Prefix: prefix,
-		Logs: logs, Metrics: m, client: &http.Client{Timeout: 10 * time.Second}}
+		Logs: logs, Metrics: m, client: &http.Client{Timeout: 10 * time.Second}, Guard: guard}
 }
 
 // take returns what was logged since the last take, and forgets it.
@@ -82,7 +101,7 @@ func (b *syncBuffer) take() string {
 // flush deletes every key of the env, so the next input starts on an empty Redis.
 func (e *env) flush() {
 	ctx := context.Background()
-	keys, err := e.Redis.Keys(ctx, e.Prefix+":*").Result()
+	keys, err := allKeys(ctx, e.Redis, e.Prefix+":*")
 	if err == nil && len(keys) > 0 {
 		err = e.Redis.Del(ctx, keys...).Err()
 	}
@@ -179,6 +198,9 @@ func (e *env) checkKeys(may func(name string) bool) {
 		if k == e.Prefix+":secret" || k == e.Prefix+":secret:fp" {
 			continue // the idempotency secret: one per deployment, not per name
 		}
+		if sessionKeyRE.MatchString(strings.TrimPrefix(k, e.Prefix)) {
+			continue // a session (POST /v1/sessions), under the SHA-256 of its id
+		}
 		rest, ok := strings.CutPrefix(k, e.Prefix+":{")
 		n, tail, closed := strings.Cut(rest, "}")
 		if !ok || !closed || !may(n) || (tail != "" && tail[0] != ':') {
@@ -186,6 +208,9 @@ func (e *env) checkKeys(may func(name string) bool) {
 		}
 	}
 }
+
+// sessionKeyRE is a session's key after the prefix.
+var sessionKeyRE = regexp.MustCompile(`^:s:\{[0-9a-f]{64}\}$`)
 
 // only is the checkKeys predicate of a single name.
 func only(name string) func(string) bool { return func(n string) bool { return n == name } }

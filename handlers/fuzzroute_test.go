@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton/auth"
 	"github.com/batonhq/baton/handlers"
 )
 
@@ -233,23 +234,102 @@ var routerSeeds = []routerSeed{
 	{0, 6, "locks/held", "", "", ""},
 }
 
-// FuzzRouter sends a fuzzed method, path, query, body and Prefer header to the
-// whole router over a lock "held" with a lease ($LEASE in path, query or body)
-// and a queued ticket ($TICKET). It checks only what holds for every request:
-// see fuzzCheck; and no key but under <prefix>:{<valid name>}.
+// The FuzzRouter server runs in keys mode with two keys made per process:
+// routerOwner may do everything ("*": admin, metrics) and made the lease and the
+// ticket; routerOther may lock and read only "other:*". A fuzzed Authorization
+// header names them as $KEY and $OTHER, so no key is ever in the corpus.
+var (
+	routerOwner, routerOther = auth.NewKey(), auth.NewKey()
+	routerKeys               = fmt.Sprintf(`keys:
+  - name: owner
+    sha256: %s
+    allow:
+      - names: "*"
+        actions: [admin, metrics]
+  - name: other
+    sha256: %s
+    allow:
+      - names: "other:*"
+        actions: [lock, read]
+`, auth.KeySHA256(routerOwner), auth.KeySHA256(routerOther))
+	routerAuth = strings.NewReplacer("$KEY", routerOwner, "$OTHER", routerOther)
+)
+
+// routerAuthSeeds are the Authorization headers every request of authRoutes is
+// seeded with: missing, an empty key, garbage, the owner's key, another grant's
+// key, and a few near misses.
+var routerAuthSeeds = []string{
+	"", "Bearer ", "garbage", "Bearer $KEY", "Bearer $OTHER",
+	"bearer   $KEY", "Basic $KEY", "Bearer $KEYx", "Bearer x$KEY", "$KEY", "Bearer\t$KEY", "Bearer $KEY $OTHER",
+}
+
+// authRoutes are the requests (as routerSeeds) seeded with each of routerAuthSeeds.
+var authRoutes = []routerSeed{
+	{1, 1, "", "", "{}", ""},                    // POST /v1/locks/held: lock
+	{0, 1, "", "", "", ""},                      // GET /v1/locks/held: read
+	{3, 1, "", "force=true", "", ""},            // DELETE /v1/locks/held?force=true: admin
+	{2, 2, "$LEASE", "", `{"ttl_ms":5000}`, ""}, // PATCH the owner's lease
+	{3, 3, "$TICKET", "", "", ""},               // DELETE the owner's ticket
+	{0, 7, "", "", "", ""},                      // GET /v1/locks: the list
+	{0, 10, "", "", "", ""},                     // GET /metrics: metrics
+	{0, 8, "", "", "", ""},                      // GET /livez: open
+	{1, 0, "other:x", "", "{}", ""},             // POST /v1/locks/other:x: the other key's grant
+	{1, 6, "sessions", "", "{}", ""},            // POST /v1/sessions
+}
+
+// who is the key a request's Authorization header authenticates, as the
+// contract reads it (the server trims the value; the scheme is case-insensitive
+// and followed by spaces): "owner", "other", or "" for none.
+func who(header string) string {
+	scheme, key, ok := strings.Cut(strings.Trim(header, " \t"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	switch strings.TrimLeft(key, " ") {
+	case routerOwner:
+		return "owner"
+	case routerOther:
+		return "other"
+	}
+	return ""
+}
+
+// openPath reports whether p is served without a key: /livez, /readyz,
+// /openapi.yaml and the dashboard's static files.
+func openPath(p string) bool {
+	return p == "/livez" || p == "/readyz" || p == "/openapi.yaml" || p == "/ui" || strings.HasPrefix(p, "/ui/")
+}
+
+// FuzzRouter sends a fuzzed method, path, query, body, Prefer and Authorization
+// header to the whole router, in keys mode, over a lock "held" with the owner's
+// lease ($LEASE in path, query or body) and queued ticket ($TICKET). It checks
+// what holds for every request (see fuzzCheck; and no key but under
+// <prefix>:{<valid name>}), and access control: without a valid key nothing
+// but an open path is served (no 2xx or 3xx, never 403, 401 with its challenge)
+// and Redis is left as it was; the other key never changes "held" nor sees it,
+// its lease or its ticket in a 2xx answer; no key is ever in an answer or the
+// log; and the log holds nothing but the audit line of a 401 or 403.
 func FuzzRouter(f *testing.F) {
 	for _, s := range routerSeeds {
-		f.Add(s.method, s.prefix, s.path, s.query, []byte(s.body), s.prefer)
+		f.Add(s.method, s.prefix, s.path, s.query, []byte(s.body), s.prefer, "Bearer $KEY")
 	}
-	e := fuzzEnv(f, routerLimits)
-	f.Fuzz(func(t *testing.T, method, prefix uint8, path, query string, body []byte, prefer string) {
-		if !validHeader(prefer) {
-			t.Skip("Prefer is no header value")
+	for _, s := range authRoutes {
+		for _, a := range routerAuthSeeds {
+			f.Add(s.method, s.prefix, s.path, s.query, []byte(s.body), s.prefer, a)
+		}
+	}
+	e := fuzzEnvKeys(f, routerLimits, routerKeys)
+	owner := map[string]string{"Authorization": "Bearer " + routerOwner}
+	f.Fuzz(func(t *testing.T, method, prefix uint8, path, query string, body []byte, prefer, authz string) {
+		if !validHeader(prefer) || !validHeader(authz) {
+			t.Skip("Prefer or Authorization is no header value")
 		}
 		e := envIn(t, e)
 		defer e.flush()
-		lease := e.acquire("held", map[string]any{"ttl_ms": 60000}).Str("lease")
-		tk := e.do(req{Method: http.MethodPost, Path: "/v1/locks/held", Body: map[string]any{"fair": true}})
+		held := e.do(req{Method: http.MethodPost, Path: "/v1/locks/held", Body: map[string]any{"ttl_ms": 60000}, Header: owner})
+		wantStatus(t, held, http.StatusCreated, "")
+		lease := held.Str("lease")
+		tk := e.do(req{Method: http.MethodPost, Path: "/v1/locks/held", Body: map[string]any{"fair": true}, Header: owner})
 		wantStatus(t, tk, http.StatusAccepted, "")
 		ids := strings.NewReplacer("$LEASE", lease, "$TICKET", tk.Str("ticket"))
 		target := routerPrefixes[int(prefix)%len(routerPrefixes)] + ids.Replace(path)
@@ -258,15 +338,79 @@ func FuzzRouter(f *testing.F) {
 		}
 		body = []byte(ids.Replace(string(body)))
 		m := routerMethods[int(method)%len(routerMethods)]
-		hr, got := e.fuzzSend(m, target, body, bodyHeader(0, prefer))
+		header := bodyHeader(0, prefer)
+		if authz = routerAuth.Replace(authz); authz != "" {
+			header.Set("Authorization", authz)
+		}
+		before := e.snapshot()
+		hr, got := e.fuzzSend(m, target, body, header)
 		if hr == nil {
-			if hr, got = e.fuzzSend(m, escapeTarget(target), body, bodyHeader(0, prefer)); hr == nil {
+			if hr, got = e.fuzzSend(m, escapeTarget(target), body, header); hr == nil {
 				t.Fatalf("%q escaped is still no URL: %q", target, escapeTarget(target))
 			}
 		}
+		e.checkAccess(hr, got, who(authz), before, lease, tk.Str("ticket"))
 		e.fuzzCheck(hr, body, got, routerLimits.MaxWait)
 		e.checkKeys(validName)
 	})
+}
+
+// checkAccess holds a FuzzRouter answer to access control (see FuzzRouter) for
+// a request that authenticates as as ("owner", "other" or "": none), and takes
+// the audit lines of its refusal out of the log, so that fuzzCheck sees only
+// what else was logged.
+func (e *env) checkAccess(hr *http.Request, got *resp, as string, before map[string]string, lease, ticket string) {
+	e.t.Helper()
+	what := fmt.Sprintf("%s %s as %q: status %d", hr.Method, hr.URL.RequestURI(), as, got.Status)
+	logged := e.Logs.take()
+	for _, k := range []string{routerOwner, routerOther} {
+		if strings.Contains(string(got.Raw), k) || strings.Contains(fmt.Sprint(got.Header), k) || strings.Contains(logged, k) {
+			e.t.Errorf("%s: a key is in the answer or the log", what)
+		}
+	}
+	var rest []string
+	for _, line := range strings.Split(strings.TrimSpace(logged), "\n") {
+		if line == "" || strings.Contains(line, `"audit":true`) &&
+			(got.Status == http.StatusUnauthorized && strings.Contains(line, `"event":"unauthorized"`) ||
+				got.Status == http.StatusForbidden && strings.Contains(line, `"event":"forbidden"`)) {
+			continue
+		}
+		rest = append(rest, line)
+	}
+	if len(rest) > 0 {
+		e.t.Errorf("%s: server logged:\n%s", what, strings.Join(rest, "\n"))
+	}
+	open := openPath(hr.URL.Path)
+	switch {
+	case got.Status == http.StatusUnauthorized && got.Header.Get("WWW-Authenticate") != auth.Challenge:
+		e.t.Errorf("%s: WWW-Authenticate %q, want %q", what, got.Header.Get("WWW-Authenticate"), auth.Challenge)
+	case as == "" && !open && got.Status < 400:
+		e.t.Errorf("%s: served without a valid key: %s", what, got.Raw)
+	case as == "" && got.Status == http.StatusForbidden:
+		e.t.Errorf("%s: 403 without a valid key, want 401: %s", what, got.Raw)
+	case as == "other" && got.Status < 300 && (strings.Contains(string(got.Raw), `"held"`) ||
+		strings.Contains(string(got.Raw), lease) || strings.Contains(string(got.Raw), ticket)):
+		e.t.Errorf("%s: the other key was shown the owner's lock: %s", what, got.Raw)
+	}
+	// The idempotency secret is the store's, which writes it back in the
+	// background (after flush deleted it): no request's doing.
+	for _, k := range []string{e.Prefix + ":secret", e.Prefix + ":secret:fp"} {
+		delete(before, k)
+	}
+	after := e.snapshot()
+	for _, k := range []string{e.Prefix + ":secret", e.Prefix + ":secret:fp"} {
+		delete(after, k)
+	}
+	switch as {
+	case "":
+		e.unchanged(what+" (no valid key)", before, after)
+	case "other":
+		for k, v := range before {
+			if strings.Contains(k, ":{held}") && after[k] != v {
+				e.t.Errorf("%s: the other key changed %s: %s, was %s", what, k, after[k], v)
+			}
+		}
+	}
 }
 
 // escapeTarget percent-encodes what keeps a path and query from being a URL:

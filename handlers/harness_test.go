@@ -55,7 +55,29 @@ func TestMain(m *testing.M) {
 	sharedRedis = s
 	code := m.Run()
 	stop()
+	stopCluster()
 	os.Exit(code)
+}
+
+// The tests of the HTTP API, the tickets, the invariants, sessions and listing
+// run against one Redis and against a 3-master, 3-replica Redis Cluster
+// (onBoth); the cluster starts on first use and is shared.
+var (
+	clusterOnce   sync.Once
+	sharedCluster *redistest.Cluster
+	stopCluster   = func() {}
+)
+
+func theCluster() *redistest.Cluster {
+	clusterOnce.Do(func() { sharedCluster, stopCluster = redistest.MustStartClusterMain() })
+	return sharedCluster
+}
+
+// onBoth runs f against one Redis ("redis") and against a Redis Cluster
+// ("cluster").
+func onBoth(t *testing.T, f func(t *testing.T, cluster bool)) {
+	t.Run("redis", func(t *testing.T) { f(t, false) })
+	t.Run("cluster", func(t *testing.T) { f(t, true) })
 }
 
 // syncBuffer collects log output from many goroutines.
@@ -82,8 +104,8 @@ type env struct {
 	t       *testing.T
 	URL     string
 	Store   *store.Store
-	Redis   *redis.Client // plain client for inspecting Redis
-	Server  *redistest.Server
+	Redis   redis.UniversalClient // a client for inspecting Redis (a cluster client on a cluster)
+	Server  *redistest.Server     // nil on a cluster
 	Prefix  string
 	Logs    *syncBuffer
 	Metrics *metrics.Metrics
@@ -96,6 +118,7 @@ type env struct {
 
 // envOptions tune newEnv; zero values are the defaults of API.md.
 type envOptions struct {
+	Cluster    bool              // on the shared Redis Cluster (Redis and RedisURL are then ignored)
 	Redis      *redistest.Server // default: the shared one
 	RedisURL   string            // where the store connects, e.g. a proxy in front of Redis; default: Redis's URL
 	Prefix     string            // default: fresh per env
@@ -124,6 +147,13 @@ func newEnv(t *testing.T, o envOptions) *env {
 	if o.RedisURL == "" {
 		o.RedisURL = o.Redis.URL()
 	}
+	var inspect redis.UniversalClient
+	if o.Cluster {
+		o.Redis, o.RedisURL = nil, theCluster().URL()
+		inspect = theCluster().Client(t)
+	} else {
+		inspect = o.Redis.Client(t)
+	}
 	rdb, gate, err := store.NewGatedClient(o.RedisURL)
 	if err != nil {
 		t.Fatal(err)
@@ -151,7 +181,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	}
 	h := handlers.NewServer(handlers.Deps{Store: st, Limits: o.Limits, Logger: log, Metrics: m, Spec: api.Spec, Guard: guard})
 	srv := httptest.NewServer(h)
-	e := &env{t: t, URL: srv.URL, Store: st, Redis: o.Redis.Client(t), Server: o.Redis, Prefix: o.Prefix,
+	e := &env{t: t, URL: srv.URL, Store: st, Redis: inspect, Server: o.Redis, Prefix: o.Prefix,
 		Logs: logs, Metrics: m, client: &http.Client{Timeout: 90 * time.Second}, Guard: guard, KeysFile: keysFile,
 		Handler: h}
 	t.Cleanup(func() {
@@ -311,7 +341,7 @@ func specRequest(hr *http.Request) *http.Request {
 // keys lists every Redis key of this env's prefix.
 func (e *env) keys() []string {
 	e.t.Helper()
-	keys, err := e.Redis.Keys(context.Background(), e.Prefix+":*").Result()
+	keys, err := allKeys(context.Background(), e.Redis, e.Prefix+":*")
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -369,3 +399,24 @@ func wantStatus(t *testing.T, r *resp, status int, kind string) {
 		}
 	}
 }
+
+// allKeys is KEYS pattern on one Redis, and on every master of a cluster.
+func allKeys(ctx context.Context, rdb redis.UniversalClient, pattern string) ([]string, error) {
+	cc, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		return rdb.Keys(ctx, pattern).Result()
+	}
+	var mu sync.Mutex
+	var all []string
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		keys, err := c.Keys(ctx, pattern).Result()
+		mu.Lock()
+		all = append(all, keys...)
+		mu.Unlock()
+		return err
+	})
+	return all, err
+}
+
+// must drops an error a test has no use for (the result is then empty).
+func must[T any](v T, _ error) T { return v }

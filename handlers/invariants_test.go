@@ -36,7 +36,9 @@ import (
 //
 // BATON_INVARIANTS_SEED replays a sequence of choices (timing may still differ);
 // BATON_INVARIANTS_STEPS changes the number of steps.
-func TestInvariantsRandomised(t *testing.T) {
+func TestInvariantsRandomised(t *testing.T) { onBoth(t, testInvariantsRandomised) }
+
+func testInvariantsRandomised(t *testing.T, cluster bool) {
 	seed := uint64(20250101)
 	if s := os.Getenv("BATON_INVARIANTS_SEED"); s != "" {
 		n, err := strconv.ParseUint(s, 10, 64)
@@ -55,8 +57,8 @@ func TestInvariantsRandomised(t *testing.T) {
 	}
 	t.Logf("seed %d (BATON_INVARIANTS_SEED=%d replays it), %d steps", seed, seed, steps)
 
-	e1 := newEnv(t, envOptions{TicketTTL: invTicketTTL})
-	e2 := newEnv(t, envOptions{TicketTTL: invTicketTTL, Prefix: e1.Prefix})
+	e1 := newEnv(t, envOptions{Cluster: cluster, TicketTTL: invTicketTTL})
+	e2 := newEnv(t, envOptions{Cluster: cluster, TicketTTL: invTicketTTL, Prefix: e1.Prefix})
 	v := &invRun{
 		t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		envs: []*env{e1, e2}, rdb: e1.Redis, prefix: e1.Prefix,
@@ -90,7 +92,9 @@ func TestInvariantsRandomised(t *testing.T) {
 // fixed sequences: after GET /v1/locks/{name}, the head of the queue is a live
 // ticket, `waiters` counts live tickets only, and the ticket behind no live one
 // is at position 1.
-func TestInvariantsQueueHeadPruned(t *testing.T) {
+func TestInvariantsQueueHeadPruned(t *testing.T) { onBoth(t, testInvariantsQueueHeadPruned) }
+
+func testInvariantsQueueHeadPruned(t *testing.T, cluster bool) {
 	ctx := context.Background()
 	// keepUntilGone polls keep until the ticket gone runs out (time must pass:
 	// expiry is the event).
@@ -127,7 +131,7 @@ func TestInvariantsQueueHeadPruned(t *testing.T) {
 
 	t.Run("held", func(t *testing.T) {
 		// The head ticket runs out while the one behind it is kept alive.
-		e := newEnv(t, envOptions{TicketTTL: invTicketTTL})
+		e := newEnv(t, envOptions{Cluster: cluster, TicketTTL: invTicketTTL})
 		e.acquire("held", map[string]any{"ttl_ms": 30000})
 		first, second := enqueue(t, e, "held"), enqueue(t, e, "held")
 		keepUntilGone(t, e, second, first)
@@ -142,7 +146,7 @@ func TestInvariantsQueueHeadPruned(t *testing.T) {
 		// The second ticket runs out while the first is kept alive; then the lease
 		// runs out, and GET hands the lock to the first: the dead second is the
 		// new head.
-		e := newEnv(t, envOptions{TicketTTL: time.Second})
+		e := newEnv(t, envOptions{Cluster: cluster, TicketTTL: time.Second})
 		e.acquire("handoff", map[string]any{"ttl_ms": 1500})
 		first, second := enqueue(t, e, "handoff"), enqueue(t, e, "handoff")
 		keepUntilGone(t, e, first, second)
@@ -238,7 +242,7 @@ type invRun struct {
 	seed       uint64
 	rng        *rand.Rand
 	envs       []*env
-	rdb        *redis.Client
+	rdb        redis.UniversalClient
 	prefix     string
 	locks      []*invLock
 	step       int
@@ -1029,7 +1033,7 @@ func (v *invRun) checkTickets(L *invLock, s invSnap, eff invEffects) {
 // live tickets, nothing else.
 func (v *invRun) checkKeys(L *invLock) {
 	lock := v.prefix + ":" + L.key()
-	keys, err := v.rdb.Keys(context.Background(), lock+"*").Result()
+	keys, err := allKeys(context.Background(), v.rdb, lock+"*")
 	if err != nil {
 		v.t.Fatal(err)
 	}
@@ -1100,7 +1104,7 @@ func (v *invRun) drain() {
 			v.fail(L, "drain: state %d %s, want free with no waiters", r.Status, r.Raw)
 		}
 	}
-	keys, err := v.rdb.Keys(context.Background(), v.prefix+":*").Result()
+	keys, err := allKeys(context.Background(), v.rdb, v.prefix+":*")
 	if err != nil {
 		v.t.Fatal(err)
 	}

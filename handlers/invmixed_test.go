@@ -31,7 +31,9 @@ import (
 //
 // The model needs no clock: each check reads what Redis holds after the step.
 // BATON_INVARIANTS_SEED replays a sequence of choices (timing may still differ).
-func TestInvariantsMixedModes(t *testing.T) {
+func TestInvariantsMixedModes(t *testing.T) { onBoth(t, testInvariantsMixedModes) }
+
+func testInvariantsMixedModes(t *testing.T, cluster bool) {
 	seed := uint64(20261124)
 	if s := os.Getenv("BATON_INVARIANTS_SEED"); s != "" {
 		n, err := strconv.ParseUint(s, 10, 64)
@@ -41,8 +43,8 @@ func TestInvariantsMixedModes(t *testing.T) {
 		seed = n
 	}
 	t.Logf("seed %d (BATON_INVARIANTS_SEED=%d replays it)", seed, seed)
-	e1 := newEnv(t, envOptions{TicketTTL: invTicketTTL})
-	e2 := newEnv(t, envOptions{TicketTTL: invTicketTTL, Prefix: e1.Prefix})
+	e1 := newEnv(t, envOptions{Cluster: cluster, TicketTTL: invTicketTTL})
+	e2 := newEnv(t, envOptions{Cluster: cluster, TicketTTL: invTicketTTL, Prefix: e1.Prefix})
 	m := &mixRun{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x51ed2701)), envs: []*env{e1, e2},
 		rdb: e1.Redis, prefix: e1.Prefix, outcomes: map[string]int{}}
 	for _, n := range []string{"m1", "m2", "m3"} {
@@ -84,7 +86,7 @@ type mixRun struct {
 	seed     uint64
 	rng      *rand.Rand
 	envs     []*env
-	rdb      *redis.Client
+	rdb      redis.UniversalClient
 	prefix   string
 	locks    []*mixLock
 	step     int

@@ -1,6 +1,7 @@
 package handlers_test
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -38,8 +39,10 @@ func (e *env) listAll(query string, header map[string]string) ([]string, int) {
 	}
 }
 
-func TestListLocks(t *testing.T) {
-	e := newEnv(t, envOptions{})
+func TestListLocks(t *testing.T) { onBoth(t, testListLocks) }
+
+func testListLocks(t *testing.T, cluster bool) {
+	e := newEnv(t, envOptions{Cluster: cluster})
 	var want []string
 	for i := range 25 {
 		n := "list:" + strconv.Itoa(i)
@@ -77,9 +80,11 @@ func TestListLocks(t *testing.T) {
 }
 
 // A key lists only the names its grants let it read.
-func TestListLocksByGrant(t *testing.T) {
+func TestListLocksByGrant(t *testing.T) { onBoth(t, testListLocksByGrant) }
+
+func testListLocksByGrant(t *testing.T, cluster bool) {
 	k := newTestKeys()
-	e := newEnv(t, envOptions{Keys: k.file()})
+	e := newEnv(t, envOptions{Cluster: cluster, Keys: k.file()})
 	for _, n := range []string{"billing:1", "billing:2", "payroll:1"} {
 		wantStatus(t, e.do(req{Method: "POST", Path: "/v1/locks/" + n, Body: map[string]any{}, Header: bearer(k.ops)}), http.StatusCreated, "")
 	}
@@ -93,4 +98,30 @@ func TestListLocksByGrant(t *testing.T) {
 		t.Errorf("the reader lists %v, want all 3", all)
 	}
 	wantStatus(t, e.do(req{Method: "GET", Path: "/v1/locks", Header: bearer(k.slow)}), http.StatusOK, "")
+}
+
+// A cursor carries the names of a batch a page did not get to: one made up
+// lists no name outside the prefix or the key's grants, and one whose names
+// could not be lock names is refused.
+func TestListMadeUpCursor(t *testing.T) {
+	k := newTestKeys()
+	e := newEnv(t, envOptions{Keys: k.file()})
+	for _, n := range []string{"billing:1", "payroll:1", "other:1"} {
+		wantStatus(t, e.do(req{Method: "POST", Path: "/v1/locks/" + n, Body: map[string]any{}, Header: bearer(k.ops)}), http.StatusCreated, "")
+	}
+	carrying := func(names string) string {
+		return url.QueryEscape("v2-1-0-" + base64.RawURLEncoding.EncodeToString([]byte(names)))
+	}
+	r := e.do(req{Method: "GET", Path: "/v1/locks?prefix=billing:&cursor=" + carrying("billing:1,payroll:1,other:1"), Header: bearer(k.billing)})
+	wantStatus(t, r, http.StatusOK, "")
+	var got []string
+	for _, l := range r.Body["locks"].([]any) {
+		got = append(got, l.(map[string]any)["name"].(string))
+	}
+	if !slices.Equal(got, []string{"billing:1"}) || r.Body["next_cursor"] != nil {
+		t.Errorf("a made-up cursor listed %v, next %v; want only billing:1 and the end", got, r.Body["next_cursor"])
+	}
+	for _, bad := range []string{"billing:1,x}y", "billing:1,,billing:2", "a{b}"} {
+		wantStatus(t, e.do(req{Method: "GET", Path: "/v1/locks?cursor=" + carrying(bad), Header: bearer(k.reader)}), http.StatusBadRequest, "invalid-request")
+	}
 }

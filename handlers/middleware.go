@@ -12,6 +12,10 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // requestID echoes a sane X-Request-Id or makes one, sets Cache-Control: no-store
@@ -78,8 +82,11 @@ func (s *server) observe(next http.Handler) http.Handler {
 		elapsed := time.Since(start)
 		s.m.Requests.WithLabelValues(route, method, status, info.principal).Inc()
 		s.m.Duration.WithLabelValues(route, method, status).Observe(elapsed.Seconds())
-		s.log.Info().
-			Str("request_id", w.Header().Get("X-Request-Id")).
+		ev := s.log.Info()
+		if sc := trace.SpanContextFromContext(r.Context()); sc.IsValid() {
+			ev = ev.Str("trace_id", sc.TraceID().String())
+		}
+		ev.Str("request_id", w.Header().Get("X-Request-Id")).
 			Str("method", logMethod(r.Method)).Str("route", route).Int("status", code).Str("principal", info.principal).
 			Int("bytes", ww.BytesWritten()).Dur("duration", elapsed).Msg("request")
 	})
@@ -132,4 +139,51 @@ func (s *server) recoverer(next http.Handler) http.Handler {
 		}()
 		next.ServeHTTP(w, r)
 	})
+}
+
+// tracerName is the instrumentation scope of the request spans.
+const tracerName = "github.com/batonhq/baton/handlers"
+
+// traced gives each request a server span, the child of the span whose W3C
+// traceparent the request carries (through prop; nil: trace context only). The
+// span is named "METHOD route-pattern", as OpenTelemetry's HTTP conventions say,
+// and carries only the method, the route pattern, the status and the protocol:
+// never the path or the query, which carry lease, ticket and session ids
+// (bearer secrets), nor a header. That is why this is not otelhttp, which
+// records the raw path. A request no route matches is named by its method alone.
+func traced(tp trace.TracerProvider, prop propagation.TextMapPropagator) func(http.Handler) http.Handler {
+	if prop == nil {
+		prop = propagation.TraceContext{}
+	}
+	tracer := tp.Tracer(tracerName)
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			method := methodLabel(r.Method)
+			ctx := prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+			scheme := "http"
+			if r.TLS != nil {
+				scheme = "https"
+			}
+			ctx, span := tracer.Start(ctx, method, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
+				semconv.HTTPRequestMethodKey.String(method),
+				semconv.URLScheme(scheme),
+				semconv.NetworkProtocolVersion(fmt.Sprintf("%d.%d", r.ProtoMajor, r.ProtoMinor)),
+			))
+			defer span.End()
+			ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+			next.ServeHTTP(ww, r.WithContext(ctx))
+			if route := chi.RouteContext(r.Context()).RoutePattern(); route != "" {
+				span.SetName(method + " " + route)
+				span.SetAttributes(semconv.HTTPRoute(route))
+			}
+			code := ww.Status()
+			if code == 0 {
+				code = http.StatusOK
+			}
+			span.SetAttributes(semconv.HTTPResponseStatusCode(code))
+			if code >= 500 {
+				span.SetStatus(codes.Error, http.StatusText(code))
+			}
+		})
+	}
 }

@@ -12,10 +12,13 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/batonhq/baton/auth"
 	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/store"
+	"github.com/batonhq/baton/ui"
 )
 
 // Locker is what the HTTP layer needs of the lock store.
@@ -44,6 +47,12 @@ type Deps struct {
 	Metrics *metrics.Metrics
 	Spec    []byte      // api/openapi.yaml, served at /openapi.yaml
 	Guard   *auth.Guard // access control; nil lets everyone do everything
+
+	// Tracer, when set, gives every request a span named by its route pattern,
+	// the child of the caller's span when Propagator (default: W3C trace
+	// context) finds one in its headers. Nil: no tracing.
+	Tracer     trace.TracerProvider
+	Propagator propagation.TextMapPropagator
 }
 
 type server struct {
@@ -60,8 +69,12 @@ type server struct {
 func NewServer(d Deps) http.Handler {
 	s := &server{store: d.Store, limits: d.Limits, log: d.Logger, m: d.Metrics, spec: d.Spec, guard: d.Guard}
 	r := chi.NewRouter()
+	if d.Tracer != nil {
+		r.Use(traced(d.Tracer, d.Propagator))
+	}
 	r.Use(s.requestID, s.observe, s.recoverer, s.bodyDeadline)
-	r.NotFound(func(w http.ResponseWriter, r *http.Request) { s.fail(w, r, errNotFound) })
+	notFound := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.fail(w, r, errNotFound) })
+	r.NotFound(notFound)
 	r.MethodNotAllowed(s.methodNotAllowed(r))
 
 	lock, read, admin := auth.ActionLock, auth.ActionRead, auth.ActionAdmin
@@ -84,6 +97,11 @@ func NewServer(d Deps) http.Handler {
 	get(r, "/readyz", s.readyz()) // open
 	get(r, "/metrics", s.need(auth.ActionMetrics, promhttp.HandlerFor(d.Metrics.Registry, promhttp.HandlerOpts{})))
 	get(r, "/openapi.yaml", s.openapi()) // open
+
+	// The dashboard: static files that hold no data, so open; the API calls it
+	// makes need a key like any other client's.
+	get(r, "/ui", http.RedirectHandler(ui.Prefix, http.StatusMovedPermanently)) // open
+	get(r, ui.Prefix+"*", ui.Handler(notFound))                                 // open
 	return r
 }
 

@@ -20,9 +20,11 @@ func (e *env) newSession(body map[string]any, header map[string]string) *resp {
 	return r
 }
 
-func TestSessionLifecycle(t *testing.T) {
+func TestSessionLifecycle(t *testing.T) { onBoth(t, testSessionLifecycle) }
+
+func testSessionLifecycle(t *testing.T, cluster bool) {
 	k := newTestKeys()
-	e := newEnv(t, envOptions{Keys: k.file()})
+	e := newEnv(t, envOptions{Cluster: cluster, Keys: k.file()})
 	as := bearer(k.billing)
 	s := e.newSession(map[string]any{"ttl_ms": 2000, "owner": "php-42"}, as)
 	if s.Int("ttl_ms") < 1900 || s.Str("owner") != "php-42" || s.Int("locks") != 0 {
@@ -85,8 +87,10 @@ func TestSessionLifecycle(t *testing.T) {
 }
 
 // An expired session takes its holds with it, and leaves nothing but fences.
-func TestSessionExpires(t *testing.T) {
-	e := newEnv(t, envOptions{})
+func TestSessionExpires(t *testing.T) { onBoth(t, testSessionExpires) }
+
+func testSessionExpires(t *testing.T, cluster bool) {
+	e := newEnv(t, envOptions{Cluster: cluster})
 	s := e.newSession(map[string]any{"ttl_ms": 400}, nil)
 	sid := s.Str("session")
 	for _, n := range []string{"e1", "e2"} {
@@ -123,10 +127,12 @@ func TestSessionExpires(t *testing.T) {
 
 // Sessions belong to their key; bad input is refused; a fair ticket's grant
 // joins its session; a session works across gateways.
-func TestSessionRules(t *testing.T) {
+func TestSessionRules(t *testing.T) { onBoth(t, testSessionRules) }
+
+func testSessionRules(t *testing.T, cluster bool) {
 	k := newTestKeys()
-	e := newEnv(t, envOptions{Keys: k.file()})
-	e2 := newEnv(t, envOptions{Keys: k.file(), Prefix: e.Prefix, Redis: e.Server})
+	e := newEnv(t, envOptions{Cluster: cluster, Keys: k.file()})
+	e2 := newEnv(t, envOptions{Cluster: cluster, Keys: k.file(), Prefix: e.Prefix, Redis: e.Server})
 	as := bearer(k.billing)
 	s := e.newSession(map[string]any{"ttl_ms": 30000}, as)
 	sid := s.Str("session")
@@ -178,5 +184,29 @@ func TestSessionRules(t *testing.T) {
 	e.do(req{Method: "DELETE", Path: l.Str("url"), Header: as})
 	if g := e.do(req{Method: "GET", Path: s2.Str("url"), Header: as}); g.Int("locks") != 0 {
 		t.Errorf("session %s: want no holds after its only hold was released", g.Raw)
+	}
+}
+
+// A session ended with DELETE is gone for a second DELETE, also when it was
+// made with an Idempotency-Key (its key then stays for the grace, for a retry of
+// the POST to be told it ended).
+func TestSessionEndTwice(t *testing.T) { onBoth(t, testSessionEndTwice) }
+
+func testSessionEndTwice(t *testing.T, cluster bool) {
+	e := newEnv(t, envOptions{Cluster: cluster})
+	for _, header := range []map[string]string{nil, {"Idempotency-Key": "end-twice"}} {
+		s := e.newSession(map[string]any{"ttl_ms": 30000}, header)
+		wantStatus(t, e.do(req{Method: "POST", Path: "/v1/locks/et", Body: map[string]any{"session": s.Str("session")}}), http.StatusCreated, "")
+		end := e.do(req{Method: "DELETE", Path: s.Str("url")})
+		wantStatus(t, end, http.StatusOK, "")
+		if end.Int("released") != 1 {
+			t.Errorf("first DELETE released %d holds, want 1", end.Int("released"))
+		}
+		wantStatus(t, e.do(req{Method: "DELETE", Path: s.Str("url")}), http.StatusNotFound, "session-not-found")
+		wantStatus(t, e.do(req{Method: "GET", Path: s.Str("url")}), http.StatusNotFound, "session-not-found")
+		if header != nil {
+			again := e.do(req{Method: "POST", Path: "/v1/sessions", Body: map[string]any{"ttl_ms": 30000}, Header: header})
+			wantStatus(t, again, http.StatusConflict, "")
+		}
 	}
 }

@@ -52,8 +52,10 @@ func parseStamp(t *testing.T, s string) time.Time {
 	return ts
 }
 
-func TestTicketLifecycle(t *testing.T) {
-	e := newEnv(t, envOptions{})
+func TestTicketLifecycle(t *testing.T) { onBoth(t, testTicketLifecycle) }
+
+func testTicketLifecycle(t *testing.T, cluster bool) {
+	e := newEnv(t, envOptions{Cluster: cluster})
 	holder := e.acquire("tl", map[string]any{"ttl_ms": 30000})
 
 	tk := e.enqueue("tl", map[string]any{"owner": "w1", "ttl_ms": 20000})
@@ -103,8 +105,10 @@ func TestTicketLifecycle(t *testing.T) {
 	e.onlyFences() // and the released lease's tombstone, until its acquire's deadline
 }
 
-func TestFairAcquireWaitsThenGetsLease(t *testing.T) {
-	e := newEnv(t, envOptions{})
+func TestFairAcquireWaitsThenGetsLease(t *testing.T) { onBoth(t, testFairAcquireWaitsThenGetsLease) }
+
+func testFairAcquireWaitsThenGetsLease(t *testing.T, cluster bool) {
+	e := newEnv(t, envOptions{Cluster: cluster})
 	holder := e.acquire("fw", map[string]any{"ttl_ms": 30000})
 	got := make(chan *resp, 1)
 	go func() {
@@ -128,10 +132,12 @@ func TestFairAcquireWaitsThenGetsLease(t *testing.T) {
 
 // Release, force and expiry each hand the lock to the head ticket, and wake exactly
 // that ticket's waiter: the others keep waiting.
-func TestHandoffWakesOnlyTheHead(t *testing.T) {
+func TestHandoffWakesOnlyTheHead(t *testing.T) { onBoth(t, testHandoffWakesOnlyTheHead) }
+
+func testHandoffWakesOnlyTheHead(t *testing.T, cluster bool) {
 	for _, how := range []string{"release", "force", "expiry"} {
 		t.Run(how, func(t *testing.T) {
-			e := newEnv(t, envOptions{})
+			e := newEnv(t, envOptions{Cluster: cluster})
 			ttl := 30000
 			if how == "expiry" {
 				ttl = 400
@@ -192,8 +198,10 @@ func TestHandoffWakesOnlyTheHead(t *testing.T) {
 
 // With a live ticket queued, nobody else gets the lock: not a non-fair request,
 // not a new ticket, not even in the instant after a release.
-func TestNobodyOvertakesTheQueue(t *testing.T) {
-	e := newEnv(t, envOptions{})
+func TestNobodyOvertakesTheQueue(t *testing.T) { onBoth(t, testNobodyOvertakesTheQueue) }
+
+func testNobodyOvertakesTheQueue(t *testing.T, cluster bool) {
+	e := newEnv(t, envOptions{Cluster: cluster})
 	holder := e.acquire("o", map[string]any{"ttl_ms": 30000})
 	first := e.enqueue("o", nil) // not polling: the handoff keeps the grant for it
 	e.do(req{Method: "DELETE", Path: holder.Str("url")})
@@ -214,8 +222,10 @@ func TestNobodyOvertakesTheQueue(t *testing.T) {
 
 // A grant made to a ticket whose owner is not polling is kept for it for the ticket
 // ttl: a late poll inside that window gets the lease at once, with its full ttl.
-func TestLatePollClaimsGrant(t *testing.T) {
-	e := newEnv(t, envOptions{TicketTTL: 3 * time.Second})
+func TestLatePollClaimsGrant(t *testing.T) { onBoth(t, testLatePollClaimsGrant) }
+
+func testLatePollClaimsGrant(t *testing.T, cluster bool) {
+	e := newEnv(t, envOptions{Cluster: cluster, TicketTTL: 3 * time.Second})
 	holder := e.acquire("late", map[string]any{"ttl_ms": 30000})
 	tk := e.enqueue("late", map[string]any{"ttl_ms": 20000})
 	e.do(req{Method: "DELETE", Path: holder.Str("url")})
@@ -237,9 +247,11 @@ func TestLatePollClaimsGrant(t *testing.T) {
 }
 
 // A dead ticket at the head delays the live one behind it by at most the ticket ttl.
-func TestDeadTicketDoesNotStallQueue(t *testing.T) {
+func TestDeadTicketDoesNotStallQueue(t *testing.T) { onBoth(t, testDeadTicketDoesNotStallQueue) }
+
+func testDeadTicketDoesNotStallQueue(t *testing.T, cluster bool) {
 	const ticketTTL = 600 * time.Millisecond
-	e := newEnv(t, envOptions{TicketTTL: ticketTTL})
+	e := newEnv(t, envOptions{Cluster: cluster, TicketTTL: ticketTTL})
 	holder := e.acquire("dead", map[string]any{"ttl_ms": 30000})
 	e.enqueue("dead", map[string]any{"owner": "dead"}) // never polled again
 	live := e.enqueue("dead", map[string]any{"owner": "live"})
@@ -261,8 +273,10 @@ func TestDeadTicketDoesNotStallQueue(t *testing.T) {
 }
 
 // A ticket nobody polls expires ticket_ttl after its creation or last poll.
-func TestUnpolledTicketExpires(t *testing.T) {
-	e := newEnv(t, envOptions{TicketTTL: 300 * time.Millisecond})
+func TestUnpolledTicketExpires(t *testing.T) { onBoth(t, testUnpolledTicketExpires) }
+
+func testUnpolledTicketExpires(t *testing.T, cluster bool) {
+	e := newEnv(t, envOptions{Cluster: cluster, TicketTTL: 300 * time.Millisecond})
 	e.acquire("exp", map[string]any{"ttl_ms": 30000})
 	tk := e.enqueue("exp", nil)
 	wantStatus(t, e.poll(tk.Str("url"), 200), http.StatusAccepted, "") // alive while polled
@@ -283,8 +297,10 @@ func TestUnpolledTicketExpires(t *testing.T) {
 
 // Cancelling a ticket that was handed the lock but has not claimed it passes the
 // lock on at once.
-func TestCancelUnclaimedGrantPassesOn(t *testing.T) {
-	e := newEnv(t, envOptions{})
+func TestCancelUnclaimedGrantPassesOn(t *testing.T) { onBoth(t, testCancelUnclaimedGrantPassesOn) }
+
+func testCancelUnclaimedGrantPassesOn(t *testing.T, cluster bool) {
+	e := newEnv(t, envOptions{Cluster: cluster})
 	holder := e.acquire("cx", map[string]any{"ttl_ms": 30000})
 	first := e.enqueue("cx", nil)
 	second := e.enqueue("cx", nil)

@@ -182,7 +182,7 @@ func (px *proxy) cutStalled() int {
 }
 
 // killPubSub runs CLIENT KILL TYPE pubsub and returns how many it killed.
-func killPubSub(t *testing.T, c *redis.Client) int64 {
+func killPubSub(t *testing.T, c redis.UniversalClient) int64 {
 	t.Helper()
 	n, err := c.ClientKillByFilter(context.Background(), "TYPE", "pubsub").Result()
 	if err != nil {

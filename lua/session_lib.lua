@@ -3,7 +3,8 @@
 -- KEYS, the same for every session script (prefix P, session hash S, the
 -- SHA-256 of the session id; the {S} hash tag puts both in one slot):
 --   KEYS[1]  P:s:{S}    session hash: by (the principal that made it), ttl,
---                       owner, dl (deadline, Redis ms; 0 once ended), b (the
+--                       owner, dl (deadline, Redis ms; 0 once ended, -1 once
+--                       finished), b (the
 --                       creating request's body hash, for its Idempotency-Key);
 --                       PEXPIRE = its deadline, plus IDEMPOTENCY_GRACE_MS when it
 --                       was made with an Idempotency-Key, so that a retry of its
@@ -16,7 +17,7 @@
 --                       never holds one. PEXPIRE = the session's deadline.
 -- A session lives while Redis time <= dl; an ended one has dl 0 and keeps its
 -- members until its holds are released (session_finish.lua), so that a DELETE
--- cut short can be sent again.
+-- cut short can be sent again; a finished one kept for the grace has dl -1.
 local sess, members = KEYS[1], KEYS[2]
 
 local function str(n)

@@ -4,6 +4,8 @@
 package metrics
 
 import (
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -27,6 +29,9 @@ type Metrics struct {
 	AuthReloadErrors prometheus.Counter
 	Undos            *prometheus.CounterVec // what
 	BodyReadTimeouts prometheus.Counter
+	WaitersMax       prometheus.Gauge // BATON_MAX_WAITERS, for alerts on Waiters
+
+	redisDown atomic.Pointer[func() bool] // RedisDown's probe
 }
 
 // New returns collectors registered on a fresh registry, with the Go runtime and
@@ -85,8 +90,25 @@ func New() *Metrics {
 		Name: "baton_body_read_timeouts_total",
 		Help: "Requests whose body did not arrive within the body read timeout (answered 408, connection closed).",
 	})
+	m.WaitersMax = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "baton_waiters_max",
+		Help: "The most long-polls this process holds at once (BATON_MAX_WAITERS); beyond it, 429 too-many-waiters.",
+	})
+	redisUp := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "baton_redis_up",
+		Help: "1 while Redis answers as far as this process knows; 0 from a call that could not reach it until a probe gets an answer (the store's health gate).",
+	}, func() float64 {
+		if down := m.redisDown.Load(); down != nil && (*down)() {
+			return 0
+		}
+		return 1
+	})
 	m.Registry.MustRegister(m.Requests, m.Duration, m.Acquires, m.Waiters, m.Handoff,
 		m.RedisErrors, m.PubSubReconnects, m.PubSubConns, m.WaitUnacked, m.AuthReloadErrors, m.Undos, m.BodyReadTimeouts,
+		m.WaitersMax, redisUp,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
+
+// RedisDown makes baton_redis_up report down() (true: 0) at each scrape.
+func (m *Metrics) RedisDown(down func() bool) { m.redisDown.Store(&down) }

@@ -440,6 +440,7 @@ func (s *Store) runGrant(ctx context.Context, sc *redis.Script, op string, keys 
 }
 
 func (s *Store) call(ctx context.Context, sc *redis.Script, op string, keys []string, retry, wait bool, args ...any) (reply, error) {
+	ctx = context.WithValue(ctx, opKey{}, op) // names its span when traced (trace.go)
 	s.gate.RLock()
 	defer s.gate.RUnlock()
 	if s.closed {

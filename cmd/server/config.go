@@ -6,6 +6,8 @@ import (
 	"math"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/batonhq/baton/store"
 )
 
@@ -47,6 +49,11 @@ type Config struct {
 	TLSClientCAFile string `envconfig:"TLS_CLIENT_CA_FILE"`
 	// DebugAddr, when set, serves Go's runtime profiles there (debug.go).
 	DebugAddr string `envconfig:"DEBUG_ADDR"`
+
+	// tracer, when set, traces requests and Redis calls. run sets it from the
+	// standard OTEL_* variables (tracing.go), not from a BATON_ one, and tests
+	// set it directly; nil: tracing off. envconfig skips unexported fields.
+	tracer trace.TracerProvider
 }
 
 const (

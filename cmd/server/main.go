@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -67,6 +68,15 @@ func run(ctx context.Context, logOut io.Writer, forced <-chan struct{}) error {
 	if err != nil {
 		return err
 	}
+	tp, stopTracing, err := startTracing(ctx)
+	if err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	defer stopTracing()
+	if tp != nil {
+		cfg.tracer = tp
+		log.Info().Str("exporter", cmp.Or(os.Getenv("OTEL_TRACES_EXPORTER"), "otlp")).Msg("tracing on (OTEL_* variables)")
+	}
 	served := make(chan error, 1)
 	go func() { served <- serve(ctx, cfg, log, nil) }()
 	select {
@@ -113,7 +123,14 @@ func serve(ctx context.Context, cfg Config, log zerolog.Logger, listening func(n
 		return err
 	}
 	defer rdb.Close()
+	if cfg.tracer != nil {
+		if err := store.Trace(rdb, cfg.tracer); err != nil {
+			return fmt.Errorf("tracing: %w", err)
+		}
+	}
 	met := metrics.New()
+	met.WaitersMax.Set(float64(cfg.MaxWaiters))
+	met.RedisDown(gate.Down)
 	accessCtx, stopAccess := context.WithCancel(context.Background())
 	defer stopAccess()
 	guard, tlsCfg, err := startAccess(accessCtx, cfg, log, met)
@@ -143,6 +160,7 @@ func serve(ctx context.Context, cfg Config, log zerolog.Logger, listening func(n
 			Metrics: met,
 			Spec:    api.Spec,
 			Guard:   guard,
+			Tracer:  cfg.tracer,
 		}),
 		TLSConfig:         tlsCfg,
 		ReadHeaderTimeout: 10 * time.Second,

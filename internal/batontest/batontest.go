@@ -36,6 +36,9 @@ type Keys struct {
 type Options struct {
 	Keys bool     // keys mode (else protected mode: loopback clients may do everything)
 	Env  []string // more BATON_* settings, e.g. "BATON_TICKET_TTL=2s"
+	// Redis, when set, is the redis-server to use instead of one of its own:
+	// several Servers on one Redis are replicas of one deployment.
+	Redis *redistest.Server
 }
 
 // Server is one Baton process and its redis-server.
@@ -50,7 +53,7 @@ type Server struct {
 	env  []string
 	mu   sync.Mutex
 	cmd  *exec.Cmd
-	logs *bytes.Buffer
+	logs *lockedBuffer
 	done chan struct{}
 }
 
@@ -87,7 +90,10 @@ func Start(t testing.TB, o Options) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{t: t, Redis: redistest.Start(t)}
+	s := &Server{t: t, Redis: o.Redis}
+	if s.Redis == nil {
+		s.Redis = redistest.Start(t)
+	}
 	port, err := redistest.FreePort()
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +144,7 @@ func (s *Server) start() error {
 	bin, _ := Binary()
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), s.env...)
-	logs := &bytes.Buffer{}
+	logs := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		return err
@@ -227,4 +233,23 @@ func Ctx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// lockedBuffer is the server's output: the process writes it (through the
+// goroutine os/exec copies with) while tests read it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

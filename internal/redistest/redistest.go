@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -65,6 +66,16 @@ func StartServer(dir string, extra ...string) (*Server, error) {
 			"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 			"--dir", dir, "--daemonize", "no", "--protected-mode", "no",
 		}, extra...)
+		if slices.Contains(extra, "--cluster-enabled") {
+			// A cluster node's bus port is its port + 10000 unless told: past
+			// 55535 that is no port at all, and below it often one another
+			// process holds. A free port of its own, checked like the first.
+			bus, err := FreePort()
+			if err != nil {
+				return nil, err
+			}
+			s.args = append(s.args, "--cluster-port", strconv.Itoa(bus))
+		}
 		if last = s.start(); last == nil {
 			return s, nil
 		}
