@@ -440,7 +440,6 @@ func (s *Store) runGrant(ctx context.Context, sc *redis.Script, op string, keys 
 }
 
 func (s *Store) call(ctx context.Context, sc *redis.Script, op string, keys []string, retry, wait bool, args ...any) (reply, error) {
-	ctx = context.WithValue(ctx, opKey{}, op) // names its span when traced (trace.go)
 	s.gate.RLock()
 	defer s.gate.RUnlock()
 	if s.closed {
@@ -461,6 +460,7 @@ func (s *Store) call(ctx context.Context, sc *redis.Script, op string, keys []st
 // attempt sends a script once, for call (and runCall, calls.go), which hold
 // s.gate. raw is the client's error when the call got no reply.
 func (s *Store) attempt(ctx context.Context, sc *redis.Script, op string, keys []string, wait bool, args []any) (rep reply, err, raw error) {
+	ctx = context.WithValue(ctx, opKey{}, op) // names its span when traced (trace.go)
 	var v []any
 	if wait {
 		v, raw = s.evalWait(ctx, sc, op, keys, args)
