@@ -17,9 +17,9 @@
 --                         (each poll's deadline), p and pp (the latest of them);
 --                         its existence is its liveness
 --   P:{N}:x:<lease hash>  tombstone of an abandoned request (abandon.lua) or of
---                         an ended hold (end_hold), kept until the deadline of
---                         the request's call, so that a copy of its acquire run
---                         late grants nothing
+--                         a granted one (acquire.lua, from its grant), kept until
+--                         the deadline of the request's call, so that a copy of
+--                         its acquire run late grants nothing
 --   P:{N}:x:p:<poll id>   tombstone of a ticket poll undone (unpoll.lua), likewise
 --   P:{N}:i:<key hash>    an Idempotency-Key's record (hash of the principal and
 --                         the key): b (body hash), k ('h' a hold or 't' a ticket),
@@ -35,8 +35,7 @@
 -- fence, owner, ttl (ms of the last grant or renewal), at (grant time, ms), tk
 -- (ticket hash while a handoff is unclaimed), by (the principal that made it),
 -- lim (shared: the limit it was granted under), ik (the key hash of its
--- idempotency record, '' for none), na (the "not after" of the acquire that
--- made it, when it has one: see end_hold), pc (the polls that may have handed a
+-- idempotency record, '' for none), pc (the polls that may have handed a
 -- ticket's grant to its owner, space-separated: see unpoll.lua), and for a hold of a session: sd (the
 -- session's deadline on this lock's Redis clock: no extension goes past it),
 -- ss (the session's hash) and sm (its member there). A hold lives while Redis time <=
@@ -227,17 +226,11 @@ local function tombstone(lh, deadline, now)
   end
 end
 
--- end_hold removes a hold entirely (whatever its count). A hold its own acquire
--- made keeps that call's deadline (na): a copy of the call still on its way (a
--- retry answered first, the first attempt held up in the network) must not
--- grant it again once it has ended, so a tombstone outlives it until then.
+-- end_hold removes a hold entirely (whatever its count). A copy of the acquire
+-- that made it, still on its way, finds the tombstone that acquire left
+-- (acquire.lua), which lasts until that call's deadline.
 local function end_hold(kind, key, lh, now)
-  local ik = redis.call('HGET', key, 'ik')
-  end_record(ik)
-  local na = tonumber(redis.call('HGET', key, 'na') or '')
-  if na and (ik or '') == '' then -- with a key, its record answers a late copy (idem_used)
-    tombstone(lh, na, now)
-  end
+  end_record(redis.call('HGET', key, 'ik'))
   redis.call('DEL', key)
   if kind == 's' then
     redis.call('ZREM', shkey, lh)
