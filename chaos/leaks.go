@@ -14,10 +14,11 @@ import (
 // workload has ended, every hold, ticket and queue must be gone within settle
 // (awaitNoLeaks): at that moment the locks have finished. Then each name's fence
 // key may outlive its last grant, hold and ticket by BATON_FENCE_GUARD and no
-// more, and nothing else of the name may be left at all (README, Guarantees:
-// "After a name's last hold and ticket end, Redis keeps only its fence key, for
-// BATON_FENCE_GUARD; then nothing of the name"); so fenceGuard after the locks
-// finished (plus guardSlack for the runner's own reading) no key may be left.
+// more, and nothing else of the name may be left at all but the tombstones of
+// abandoned or ended requests, until the deadline of the calls they stop
+// (README, Guarantees: "Nothing stays behind"); so fenceGuard after the locks
+// finished (plus guardSlack for the runner's own reading) no key but a
+// tombstone may be left, and tombstoneLife after, none.
 // Each key left is a violation, reported once, with its type and remaining ttl.
 func (r *trial) checkKeys(ctx context.Context, out *row) error {
 	leaks, err := awaitNoLeaks(ctx, r.top.rdb, r.cfg.settle)
@@ -34,10 +35,18 @@ func (r *trial) checkKeys(ctx context.Context, out *row) error {
 		}
 	}
 	finished := time.Now()
-	left, err := awaitKeys(ctx, r.top.rdb, r.cfg.fenceGuard+guardSlack, isSecret)
+	left, err := awaitKeys(ctx, r.top.rdb, r.cfg.fenceGuard+guardSlack, isTombstone)
 	if err != nil {
 		return err
 	}
+	// A tombstone lasts until the deadline of the call it stops, at most
+	// tombstoneLife after the call was sent, so before the locks finished.
+	tombs, err := awaitKeys(ctx, r.top.rdb, max(tombstoneLife-time.Since(finished), 0)+guardSlack,
+		func(k string) bool { return !isTombstone(k) })
+	if err != nil {
+		return err
+	}
+	left = append(left, tombs...)
 	after := time.Since(finished).Round(time.Millisecond)
 	for _, k := range left {
 		if reported[k.name] {
@@ -57,6 +66,11 @@ func (r *trial) checkKeys(ctx context.Context, out *row) error {
 	return nil
 }
 
+// tombstoneLife is the longest a tombstone (P:{N}:x:...) lives: until the
+// "not after" of the call it stops, store.WorstCall (8s) and the clock
+// estimate's margin (2s) after the call was sent (store/clock.go, callBudget).
+const tombstoneLife = 10 * time.Second
+
 // maxKeys is how many keys left of each kind the details show.
 const maxKeys = 5
 
@@ -72,13 +86,14 @@ const guardSlack = 500 * time.Millisecond
 // requests (P:{N}:x:<lease hash>, store/abandon.go) are left to the guard
 // check. It returns the keys still there at the end.
 func awaitNoLeaks(ctx context.Context, rdb redis.UniversalClient, settle time.Duration) ([]key, error) {
-	return awaitKeys(ctx, rdb, settle, func(k string) bool { return isFence(k) || isTombstone(k) || isSecret(k) })
+	return awaitKeys(ctx, rdb, settle, func(k string) bool { return isFence(k) || isTombstone(k) || isDeployment(k) })
 }
 
-// isSecret: the secret idempotent requests' ids are derived with (P:secret) or
-// its fingerprint (P:secret:fp, with BATON_SECRET), store/secret.go. One per
-// deployment, kept for good by design: no name's key.
-func isSecret(k string) bool { return k == keyPrefix+":secret" || k == keyPrefix+":secret:fp" }
+// isDeployment reports the keys of the deployment rather than of a lock name:
+// the idempotency secret and its fingerprint (store/secret.go), which live as
+// long as the deployment (README, Guarantees: "One key per deployment holds
+// the idempotency secret").
+func isDeployment(k string) bool { return k == keyPrefix+":secret" || k == keyPrefix+":secret:fp" }
 
 func isFence(k string) bool { return strings.HasSuffix(k, ":fence") }
 
@@ -116,8 +131,8 @@ func awaitKeys(ctx context.Context, rdb redis.UniversalClient, wait time.Duratio
 	}
 }
 
-// keysLeft lists Baton's keys but those skip skips; in a cluster, every
-// master's.
+// keysLeft lists Baton's keys but those skip skips and the deployment's own;
+// in a cluster, every master's.
 func keysLeft(ctx context.Context, rdb redis.UniversalClient, skip func(string) bool) ([]key, error) {
 	cc, ok := rdb.(*redis.ClusterClient)
 	if !ok {
@@ -141,7 +156,7 @@ func keysOn(ctx context.Context, scan, rdb redis.Cmdable, skip func(string) bool
 	iter := scan.Scan(ctx, 0, keyPrefix+":*", 1000).Iterator()
 	for iter.Next(ctx) {
 		k := iter.Val()
-		if skip(k) {
+		if skip(k) || isDeployment(k) {
 			continue
 		}
 		pttl, err := rdb.PTTL(ctx, k).Result()

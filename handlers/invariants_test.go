@@ -211,6 +211,7 @@ type invLease struct {
 	ticket    *invTicket
 	unclaimed bool // granted to a ticket whose owner has not polled since
 	known     bool // the client has the lease id (a 201, or a 200 poll)
+	confirmed bool // renewed or re-entered since: a cancel of its ticket leaves it
 }
 
 type invTicket struct {
@@ -502,7 +503,9 @@ func (v *invRun) cancel(L *invLock) {
 	eff := invEffects{w: w}
 	queued := slices.Contains(L.queue, tk)
 	h := L.holder
-	unclaimedGrant := h != nil && h.ticket == tk && h.unclaimed
+	// A grant to the ticket goes with it unless its lease was renewed or
+	// re-entered since (a poll's answer may never have arrived).
+	unclaimedGrant := h != nil && h.ticket == tk && (h.unclaimed || !h.confirmed)
 	switch r.Status {
 	case http.StatusNoContent:
 		switch {
@@ -596,7 +599,7 @@ func (v *invRun) renew(L *invLock) {
 			r.Int("ttl_ms") > ttl || r.Int("ttl_ms") < ttl-(w.recv-w.sent)-invSlack {
 			v.fail(L, "renew: %s, want fence %d count %d ttl_ms about %d", r.Raw, h.fence, h.count, ttl)
 		}
-		h.ttl, h.unclaimed = ttl, false
+		h.ttl, h.unclaimed, h.confirmed = ttl, false, true
 	case r.Status == http.StatusNotFound:
 		wantStatus(v.t, r, http.StatusNotFound, "lease-not-held")
 		if held && L.holderAlive(w) == invYes {
@@ -625,7 +628,7 @@ func (v *invRun) reenter(L *invLock) {
 			v.fail(L, "re-entry: %s, want fence %d count %d", r.Raw, h.fence, h.count+1)
 		}
 		h.count++
-		h.ttl, h.unclaimed = ttl, false
+		h.ttl, h.unclaimed, h.confirmed = ttl, false, true
 	case r.Status == http.StatusNotFound:
 		wantStatus(v.t, r, http.StatusNotFound, "lease-not-held")
 		if held && L.holderAlive(w) == invYes {
@@ -1039,7 +1042,8 @@ func (v *invRun) checkKeys(L *invLock) {
 		live[lock+":t:"+tk.th] = true
 	}
 	for _, k := range keys {
-		if k != lock && k != lock+":fence" && k != lock+":q" && !live[k] {
+		// A tombstone (":x:") lasts until the deadline of the call it stops.
+		if k != lock && k != lock+":fence" && k != lock+":q" && !live[k] && !strings.HasPrefix(k, lock+":x:") {
 			v.fail(L, "unexpected key %s", strings.TrimPrefix(k, lock))
 		}
 	}
@@ -1105,7 +1109,8 @@ func (v *invRun) drain() {
 		v.t.Fatal(err)
 	}
 	for _, k := range keys {
-		if !strings.HasSuffix(k, ":fence") {
+		// A tombstone (":x:") lasts until the deadline of the call it stops.
+		if !strings.HasSuffix(k, ":fence") && !strings.Contains(k, "}:x:") {
 			v.t.Errorf("after draining, Redis still holds %s (%s)", k, v.rdb.Type(context.Background(), k).Val())
 		}
 	}

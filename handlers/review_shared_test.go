@@ -250,7 +250,9 @@ func TestReviewSharedKeysOutliveTheirHolds(t *testing.T) {
 	ctx := context.Background()
 	var left []string
 	for _, k := range e.keys() {
-		if !strings.HasSuffix(k, ":fence") {
+		// The grant's tombstone (":x:") lasts until its call's deadline, at
+		// most 10 s: a late copy of the acquire must grant nothing.
+		if !strings.HasSuffix(k, ":fence") && !strings.Contains(k, ":x:") {
 			left = append(left, k+" (pttl "+e.Redis.PTTL(ctx, k).Val().Round(time.Second).String()+")")
 		}
 	}

@@ -42,7 +42,7 @@ func (e *env) release(l *resp) *resp {
 func (e *env) onlyFences() {
 	e.t.Helper()
 	for _, k := range e.keys() {
-		if !strings.HasSuffix(k, ":fence") {
+		if !strings.HasSuffix(k, ":fence") && !strings.Contains(k, "}:x:") { // tombstones last until their call's deadline
 			e.t.Errorf("key %s left behind", k)
 		}
 	}

@@ -10,9 +10,9 @@
 -- ARGV: 1 the request's own lease hash
 --       2 ticket hash, or ''
 --       3 lease hash the ticket is granted under, or ''
---       4 tombstone ms (0: none)
+--       4 0: no tombstone; else leave one, for this many ms when ARGV 5 is ''
 --       5 not after: the request's own deadline (Redis ms), or '': the tombstone
---         lasts until then at least, after which the request's script, run late,
+--         lasts until then, after which the request's script, run late,
 --         changes nothing by itself
 -- Replies:
 --   {'abandoned', 'released'}   a hold ended (and the lock was handed on)
@@ -22,9 +22,10 @@ local now = now_ms()
 local lh, th, tlh, tomb = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 if tomb > 0 then
   if ARGV[5] ~= '' then
-    tomb = math.max(tonumber(ARGV[5]) - now, 0) + 1000
+    tombstone(lh, tonumber(ARGV[5]), now)
+  else
+    redis.call('SET', lock .. ':x:' .. lh, '1', 'PX', tomb)
   end
-  redis.call('SET', lock .. ':x:' .. lh, '1', 'PX', tomb)
 end
 prune_shared(now)
 local what = 'none'
@@ -44,4 +45,5 @@ for _, h in ipairs({lh, tlh}) do
   end
 end
 settle(now)
+fit_fence(now)
 return {'abandoned', what}

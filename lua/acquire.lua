@@ -85,7 +85,7 @@ if mode == 'reenter' then
     redis.call('PEXPIRE', record_key(ik), math.max(redis.call('PTTL', key), ttl) + IDEMPOTENCY_GRACE_MS)
   end
   redis.call('HINCRBY', key, 'count', 1)
-  redis.call('HSET', key, 'ttl', ttl, 'tk', '')
+  redis.call('HSET', key, 'ttl', ttl, 'tk', '', 'pc', '') -- its owner has it: see renew.lua
   set_deadline(kind, key, lh, ttl, now)
   return hold_reply('reentered', now, kind, key)
 end
@@ -129,15 +129,16 @@ if remaining then
   end
   sd = str(now + ttl)
 end
-if redis.call('EXISTS', lock .. ':x:' .. lh) == 1 then
-  return {'abandoned'}
-end
 settle(now)
 -- The same request, already granted (a retry after a broken connection): never
--- count it twice, never queue it.
+-- count it twice, never queue it. Its grant left a tombstone (below), so this
+-- comes first.
 local kind, key = find_hold(lh)
 if kind then
   return hold_reply('granted', now, kind, key)
+end
+if redis.call('EXISTS', lock .. ':x:' .. lh) == 1 then
+  return {'abandoned'}
 end
 if mode == 'fair' then
   kind, key = find_hold(tlh)
@@ -163,6 +164,14 @@ if ok and not head_ticket() then
   record('h', lh, ttl)
   grant(shared, limit, lh, ttl, owner, by, now, next_fence(now, ttl), ttl, '', ik)
   local hkey = (shared and (sprefix .. lh)) or lock
+  if ARGV[15] ~= '' and ik == '' then
+    -- A copy of this call still on its way (a retry answered first, the first
+    -- attempt held up in the network) must not grant the hold again once it
+    -- has ended, released or run out: until this call's deadline, past which
+    -- such a copy changes nothing by itself, it finds this hold (above) or this
+    -- tombstone. With an Idempotency-Key, its record answers the copy instead.
+    tombstone(lh, tonumber(ARGV[15]), now)
+  end
   if sd ~= '' then
     redis.call('HSET', hkey, 'sd', sd, 'ss', ARGV[18], 'sm', ARGV[19])
   end

@@ -16,8 +16,10 @@
 --                         sd, ss, sm (its session's, as for holds), q:<poll id>
 --                         (each poll's deadline), p and pp (the latest of them);
 --                         its existence is its liveness
---   P:{N}:x:<lease hash>  tombstone of an abandoned request (abandon.lua), kept
---                         briefly so that its acquire, run late, grants nothing
+--   P:{N}:x:<lease hash>  tombstone of an abandoned request (abandon.lua) or of
+--                         a granted one (acquire.lua, from its grant), kept until
+--                         the deadline of the request's call, so that a copy of
+--                         its acquire run late grants nothing
 --   P:{N}:x:p:<poll id>   tombstone of a ticket poll undone (unpoll.lua), likewise
 --   P:{N}:i:<key hash>    an Idempotency-Key's record (hash of the principal and
 --                         the key): b (body hash), k ('h' a hold or 't' a ticket),
@@ -33,7 +35,8 @@
 -- fence, owner, ttl (ms of the last grant or renewal), at (grant time, ms), tk
 -- (ticket hash while a handoff is unclaimed), by (the principal that made it),
 -- lim (shared: the limit it was granted under), ik (the key hash of its
--- idempotency record, '' for none), and for a hold of a session: sd (the
+-- idempotency record, '' for none), pc (the polls that may have handed a
+-- ticket's grant to its owner, space-separated: see unpoll.lua), and for a hold of a session: sd (the
 -- session's deadline on this lock's Redis clock: no extension goes past it),
 -- ss (the session's hash) and sm (its member there). A hold lives while Redis time <=
 -- its deadline (PEXPIRE; for shared holds also the score in P:{N}:s): every
@@ -177,6 +180,27 @@ local function end_record(ik)
   end
 end
 
+-- has_word reports whether the space-separated list l has the word w.
+local function has_word(l, w)
+  for x in string.gmatch(l or '', '%S+') do
+    if x == w then
+      return true
+    end
+  end
+  return false
+end
+
+-- without_word is the space-separated list l without the word w.
+local function without_word(l, w)
+  local out = {}
+  for x in string.gmatch(l or '', '%S+') do
+    if x ~= w then
+      out[#out + 1] = x
+    end
+  end
+  return table.concat(out, ' ')
+end
+
 -- set_deadline makes a hold live ttl ms from now.
 local function set_deadline(kind, key, lh, ttl, now)
   local sd = tonumber(redis.call('HGET', key, 'sd') or '')
@@ -192,7 +216,19 @@ local function set_deadline(kind, key, lh, ttl, now)
   keep_fence(ttl)
 end
 
--- end_hold removes a hold entirely (whatever its count).
+-- tombstone makes the acquire of lease hash lh, should a copy of it still
+-- reach Redis, grant nothing until deadline (Redis ms, inclusive): past it that
+-- copy changes nothing by itself (expired). A longer tombstone stays as it is.
+local function tombstone(lh, deadline, now)
+  local k, ms = lock .. ':x:' .. lh, deadline - now + 1
+  if ms > 0 and redis.call('PTTL', k) < ms then
+    redis.call('SET', k, '1', 'PX', ms)
+  end
+end
+
+-- end_hold removes a hold entirely (whatever its count). A copy of the acquire
+-- that made it, still on its way, finds the tombstone that acquire left
+-- (acquire.lua), which lasts until that call's deadline.
 local function end_hold(kind, key, lh, now)
   end_record(redis.call('HGET', key, 'ik'))
   redis.call('DEL', key)
@@ -260,6 +296,27 @@ local function grant(shared, limit, lh, ttl, owner, by, now, fence, window, tk, 
   set_deadline(kind, key, lh, window, now)
 end
 
+-- fit_fence cuts the fence key back to what must keep it: FENCE_GUARD_MS after
+-- the last grant, and the lock's holds and queue while they last; called where
+-- a hold or a ticket ends or is cut short, so that a lease released early, or a
+-- ticket gone early, does not keep it longer. A fence is at least its grant's
+-- time in microseconds, so fence / 1000 is no earlier than the last grant, and
+-- counting the guard from it errs on the long side.
+local function fit_fence(now)
+  local last = tonumber(redis.call('GET', fencekey) or '0') or 0
+  local need = math.max(math.floor(last / 1000) + FENCE_GUARD_MS - now, redis.call('PTTL', lock),
+    redis.call('PTTL', queue))
+  local sh = redis.call('ZRANGE', shkey, -1, -1, 'WITHSCORES')
+  if #sh > 0 then
+    need = math.max(need, tonumber(sh[2]) - now)
+  end
+  if need <= 0 then
+    redis.call('DEL', fencekey)
+  elseif redis.call('PTTL', fencekey) > need then
+    redis.call('PEXPIRE', fencekey, need)
+  end
+end
+
 -- handoff grants the lock to the head live ticket while it fits (an exclusive one
 -- when no holds are left; a run of shared ones while there is a free slot), waking
 -- exactly each granted ticket's waiter. A ticket whose owner is polling gets its
@@ -324,18 +381,8 @@ local function handoff(now, announce)
     -- A run of shared grants emptied the queue: non-fair shared waiters may fit too.
     redis.call(PUBLISH, channel, 'r')
   end
-  if granted == 0 and redis.call('EXISTS', queue) == 0 and redis.call('EXISTS', lock) == 0 and shared_count() == 0 then
-    -- Nothing holds or waits: the fence key need only last FENCE_GUARD_MS after
-    -- the last grant, not the rest of a lease that ended early. A fence is at
-    -- least its grant's time in microseconds, so fence / 1000 is no earlier than
-    -- the last grant, and counting the guard from it errs on the long side.
-    local last = tonumber(redis.call('GET', fencekey) or '0') or 0
-    local left = math.floor(last / 1000) + FENCE_GUARD_MS - now
-    if left <= 0 then
-      redis.call('DEL', fencekey)
-    elseif redis.call('PTTL', fencekey) > left then
-      redis.call('PEXPIRE', fencekey, left)
-    end
+  if granted == 0 then
+    fit_fence(now)
   end
   return granted
 end

@@ -28,6 +28,13 @@ if kind then
   if redis.call('HGET', key, 'tk') == th then
     redis.call('HSET', key, 'tk', '', 'pc', ARGV[5])
     set_deadline(kind, key, tlh, tonumber(redis.call('HGET', key, 'ttl')), now)
+  else
+    -- Claimed already: this poll hands it over too, so the end of the poll
+    -- that claimed it no longer means the owner never got it (unpoll.lua).
+    local pc = redis.call('HGET', key, 'pc') or ''
+    if pc ~= '' and not has_word(pc, ARGV[5]) then
+      redis.call('HSET', key, 'pc', pc .. ' ' .. ARGV[5])
+    end
   end
   return hold_reply('granted', now, kind, key)
 end
@@ -39,4 +46,7 @@ if redis.call('HGET', tkey, 'by') ~= by then
   return {'gone'}
 end
 keep_ticket(tkey, now, tonumber(ARGV[3]), ARGV[5])
+if tonumber(ARGV[3]) == 0 then
+  fit_fence(now) -- the ticket may now end sooner than the fence key was kept for
+end
 return queued_reply(th, tkey, now)

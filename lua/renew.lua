@@ -19,7 +19,8 @@ if ttl == '0' then
   ttl = redis.call('HGET', key, 'ttl')
 end
 local before = redis.call('PTTL', key)
-redis.call('HSET', key, 'ttl', ttl, 'tk', '')
+-- A renewal shows its owner has the lease: no poll's end may take it back (pc).
+redis.call('HSET', key, 'ttl', ttl, 'tk', '', 'pc', '')
 set_deadline(kind, key, lh, tonumber(ttl), now)
 if tonumber(ttl) < before then
   -- The hold now ends sooner than waiters were told: their timers look again.

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // An abandoned request is one whose client went away, or whose call to Redis
@@ -20,10 +18,11 @@ import (
 // it run later; unpoll.lua turns a ticket poll's grant back into one kept for
 // the ticket's owner, who knows the ticket and may poll again.
 
-// tombstoneTTL is how long an abandoned request's tombstone lasts: longer than a
-// command already sent can take to reach Redis and run once Redis reads its
-// connection again. A SIGSTOPped Redis reads the abandon and the late script
-// within milliseconds of each other when it resumes.
+// tombstoneTTL is how long an abandoned request's tombstone lasts when its
+// calls carried no "not after" (the store had no estimate of the Redis clock
+// yet): longer than a command already sent can take to reach Redis and run
+// once Redis reads its connection again. With a deadline, the tombstone lasts
+// until that deadline and no longer.
 const tombstoneTTL = 30 * time.Second
 
 // maxUndos bounds the cleaner's backlog. Only requests in flight when Redis
@@ -37,7 +36,7 @@ type undo struct {
 	poll    bool   // a ticket poll: unpoll rather than abandon
 	pid     string // that poll's id
 	by      string // the principal of the request
-	until   string // the request's "not after" (clock.go), for the tombstone
+	until   string // the "not after" (clock.go) of the request's latest call: its tombstone lasts until then
 	tomb    bool   // the request's script may still run: leave a tombstone
 	keep    bool   // an idempotent request: its client recovers it; nothing to undo
 	since   time.Time
@@ -46,25 +45,42 @@ type undo struct {
 type cleaner struct {
 	mu      sync.Mutex
 	pending []undo
+	closed  bool // the cleaner has stopped: whoever queues an undo runs it
 	wake    chan struct{}
-	done    chan struct{}
+	ctx     context.Context // ends when the cleaner is told to stop
+	stop    context.CancelFunc
 	stopped chan struct{}
-	final   context.Context // bounds the last pass; set before done is closed
+
+	// requests counts the requests under way that may queue an undo (Acquire,
+	// Poll); Close waits for them before the cleaner's last pass (track).
+	requests sync.WaitGroup
 }
 
 func newCleaner() *cleaner {
-	return &cleaner{wake: make(chan struct{}, 1), done: make(chan struct{}), stopped: make(chan struct{})}
+	ctx, stop := context.WithCancel(context.Background())
+	return &cleaner{wake: make(chan struct{}, 1), ctx: ctx, stop: stop, stopped: make(chan struct{})}
 }
 
-// undo queues u for the cleaner.
+// undo queues u for the cleaner; once the cleaner has stopped (Close), it runs
+// u itself, for at most closeUndoWait: an undo left in a queue nobody reads
+// would leave its hold for its whole ttl, known to nobody.
 func (s *Store) undo(u undo) {
 	if u.keep {
 		return
 	}
 	u.since = time.Now()
-	u.until = s.notAfter(s.lockKey(u.name)) // no earlier than the deadline of any call the request made
+	if u.until == "" { // no earlier than the deadline of any call the request made
+		u.until = s.notAfter(s.lockKey(u.name))
+	}
 	c := s.clean
 	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), closeUndoWait)
+		defer cancel()
+		s.undoAll(ctx, []undo{u})
+		return
+	}
 	if len(c.pending) >= maxUndos {
 		c.pending = c.pending[1:]
 		s.m.Undos.WithLabelValues("dropped").Inc()
@@ -78,9 +94,39 @@ func (s *Store) undo(u undo) {
 	}
 }
 
-// runCleaner undoes queued requests until stop; each is retried, with a pause
-// growing to a second while Redis does not answer, until it gets an answer.
-// Once stopped, it makes one last pass, bounded by stopCleaner's wait.
+// track counts a request that may queue an undo until the returned func is
+// called. Once the store is closed it counts nothing: every call of the
+// request is refused before anything is sent, so it has nothing to undo.
+func (s *Store) track() (done func()) {
+	s.gate.RLock()
+	defer s.gate.RUnlock()
+	if s.closed {
+		return func() {}
+	}
+	s.clean.requests.Add(1)
+	return s.clean.requests.Done
+}
+
+// awaitRequests waits, until deadline at the latest, for the requests track
+// counted: once the store is closed they end at once (Shutdown ended their
+// waits, and every call is refused), having queued any undo they need.
+func (s *Store) awaitRequests(deadline time.Time) {
+	ended := make(chan struct{})
+	go func() {
+		s.clean.requests.Wait()
+		close(ended)
+	}()
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-ended:
+	case <-t.C:
+	}
+}
+
+// runCleaner undoes queued requests until stopCleaner; each is retried, with a
+// pause growing to a second while Redis does not answer, until it gets an
+// answer. stopCleaner makes the last pass itself.
 func (s *Store) runCleaner() {
 	c := s.clean
 	defer close(c.stopped)
@@ -90,11 +136,10 @@ func (s *Store) runCleaner() {
 		select {
 		case <-c.wake:
 		case <-retry:
-		case <-c.done:
-			s.cleanOnce(c.final)
+		case <-c.ctx.Done():
 			return
 		}
-		if s.cleanOnce(context.Background()) > 0 {
+		if s.cleanOnce(c.ctx) > 0 {
 			pause = min(max(2*pause, 50*time.Millisecond), time.Second)
 			retry = time.After(pause)
 		} else {
@@ -164,31 +209,49 @@ func (s *Store) runUndo(ctx context.Context, u undo) error {
 	return nil
 }
 
-// stopCleaner lets the cleaner finish its backlog for at most wait, then stops it.
+// stopCleaner stops the cleaner and then, for at most wait, undoes what is
+// left: its backlog, and whatever was queued while it stopped. Undos queued
+// after that are run by undo itself.
 func (s *Store) stopCleaner(wait time.Duration) {
 	c := s.clean
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	c.final = ctx
-	close(c.done)
+	c.stop()
 	<-c.stopped
 	c.mu.Lock()
-	n := len(c.pending)
+	c.closed = true
+	batch := c.pending
+	c.pending = nil
 	c.mu.Unlock()
-	if n > 0 {
-		s.opt.Logger.Error().Int("left", n).Msg("shutting down with abandoned requests not undone: Redis did not answer; their holds last until their ttl")
-	}
+	s.undoAll(ctx, batch)
 }
 
-// uncertain reports whether a failed call may still have run in Redis (or run
-// later): a timeout, a broken connection, a context ended in flight. An answer
-// from Redis (a script's own reply, an error reply) is definite.
-func uncertain(err error) bool {
-	if err == nil || !errors.Is(err, ErrUnavailable) || errors.Is(err, errExpired) {
-		return false
+// undoAll runs the undos until each has an answer, pausing (up to a second)
+// between rounds while Redis does not answer, until ctx ends; it logs how many
+// were left.
+func (s *Store) undoAll(ctx context.Context, batch []undo) {
+	pause := 50 * time.Millisecond
+	for len(batch) > 0 {
+		var failed []undo
+		for _, u := range batch {
+			if ctx.Err() != nil || s.runUndo(ctx, u) != nil {
+				failed = append(failed, u)
+			}
+		}
+		batch = failed
+		if len(batch) == 0 {
+			return
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			s.opt.Logger.Error().Int("left", len(batch)).Msg("shutting down with abandoned requests not undone: Redis did not answer; their holds last until their ttl")
+			return
+		case <-t.C:
+		}
+		pause = min(2*pause, time.Second)
 	}
-	var rerr redis.Error
-	return !errors.As(err, &rerr)
 }
 
 // errExpired: a call reached Redis after its "not after" deadline and changed

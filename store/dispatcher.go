@@ -776,7 +776,19 @@ func (d *dispatcher) receive(l *link) {
 		}
 		switch {
 		case pinged.IsZero() && time.Since(lastPong) >= healthEvery:
-			_ = ps.Ping(ctx) // a broken connection errors here; a dead one answers nothing
+			// A dead connection answers nothing; a broken one errors here, and
+			// go-redis has then reconnected and resubscribed by itself, so the
+			// next read brings no error: what was published meanwhile is lost,
+			// and the waiters must re-check as after any other loss.
+			if err := ps.Ping(ctx); err != nil {
+				d.mu.Lock()
+				if l.ps == ps {
+					l.resync = true
+				}
+				d.mu.Unlock()
+				pinged, lastPong = time.Time{}, time.Now()
+				continue
+			}
 			pinged = time.Now()
 		case !pinged.IsZero() && time.Since(pinged) >= pongWait:
 			d.log.Warn().Dur("silent", healthEvery+pongWait).Str("node", l.addr).

@@ -10,3 +10,10 @@ func (s *Store) LocalWaiters(name string) int {
 	}
 	return 0
 }
+
+// PendingUndos is how many abandoned requests the cleaner still has to undo.
+func (s *Store) PendingUndos() int {
+	s.clean.mu.Lock()
+	defer s.clean.mu.Unlock()
+	return len(s.clean.pending)
+}

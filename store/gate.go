@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"net"
 	"sync"
 	"time"
@@ -110,7 +111,10 @@ func (g *Gate) ping() bool {
 	return c.Ping(ctx).Err() == nil
 }
 
-// wait blocks while the gate is closed, until it opens or ctx ends.
+// wait blocks while the gate is closed, until it opens, ctx ends or the gate
+// is stopped (Close). A pub/sub connection redials with no deadline, holding
+// go-redis's lock on it, so without the last a store closed while Redis is
+// down would wait for Redis for ever.
 func (g *Gate) wait(ctx context.Context) error {
 	g.mu.Lock()
 	down, opens := g.down, g.opens
@@ -123,8 +127,13 @@ func (g *Gate) wait(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-g.stop:
+		return errGateStopped
 	}
 }
+
+// errGateStopped: a dial waited in a gate that was stopped.
+var errGateStopped = errors.New("redis is down and the store is closing")
 
 // OnOpen has f run (in a goroutine of its own) whenever the gate opens again.
 func (g *Gate) OnOpen(f func()) {

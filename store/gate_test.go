@@ -67,3 +67,48 @@ func TestGateRecovery(t *testing.T) {
 		}
 	}
 }
+
+// A store closed while Redis is down returns from Close: the pub/sub
+// connection's reconnect dials through the gate and, with the gate closed,
+// waits for Redis inside go-redis's lock on the connection; Close must not
+// wait behind it for ever (as a SIGTERM while Redis is down would).
+func TestCloseWhileRedisIsDown(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb, gate, err := store.NewGatedClient(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rdb.Close() })
+	s := store.New(rdb, store.Options{Prefix: "gc", Gate: gate, Logger: zerolog.New(zerolog.NewTestWriter(t))})
+	ctx := context.Background()
+	if _, err := s.Acquire(ctx, store.AcquireRequest{Name: "x", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { // a waiter: the pub/sub connection is in use
+		_, err := s.Acquire(ctx, store.AcquireRequest{Name: "x", TTL: time.Minute, Wait: time.Minute})
+		waited <- err
+	}()
+	for s.LocalWaiters("x") == 0 {
+		time.Sleep(time.Millisecond) // the waiter announces itself only here
+	}
+	srv.Kill()
+	for !gate.Down() {
+		if _, err := s.State(ctx, "x"); err == nil {
+			t.Fatal("state answered with Redis down")
+		}
+	}
+	// The receiver redials after a pause of up to 100 ms, and then waits in the
+	// gate: a state nothing outside shows, so give it the time.
+	time.Sleep(300 * time.Millisecond)
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close has not returned 10 s after it was called with Redis down")
+	}
+	if err := <-waited; !errors.Is(err, store.ErrUnavailable) && !errors.Is(err, store.ErrLockHeld) {
+		t.Errorf("the waiter: %v", err)
+	}
+}

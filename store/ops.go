@@ -39,6 +39,14 @@ func (s *Store) AcquireFunc(ctx context.Context, r AcquireRequest, f func(Acquir
 		f(AcquireResult{}, clientGone("acquire", ctx))
 		return
 	}
+	// Counted until its answer is known, and whatever it must undo queued
+	// (track): Close waits for that.
+	ended := s.track()
+	answer := f
+	f = func(res AcquireResult, err error) {
+		ended()
+		answer(res, err)
+	}
 	ids, err := s.requestIDs(ctx, r)
 	if err != nil {
 		f(AcquireResult{}, err)
@@ -73,10 +81,12 @@ func (s *Store) acquire1(ctx context.Context, r AcquireRequest, ids requestIDs, 
 		mode = "fair"
 	}
 	made := ids.undo(r.Name)
+	args := s.acquireArgs(r, ids, ids.lh, mode, 0)
+	made.until = notAfterOf(args)
 	// Retried when the connection breaks: the script knows its own lease and
 	// ticket hashes, so a second run answers the first one's grant or ticket
 	// instead of leaving a lock held by a lease nobody was told of.
-	rep, err := s.runGrant(ctx, s.acquire, "acquire", ids.keys(s, r.Name), true, s.acquireArgs(r, ids, ids.lh, mode, 0)...)
+	rep, err := s.runCall(ctx, s.acquire, "acquire", ids.keys(s, r.Name), true, true, args...)
 	if err != nil {
 		s.failed(made, err)
 		f(AcquireResult{}, err)
@@ -151,6 +161,9 @@ func (s *Store) settled(ctx context.Context, r AcquireRequest, ids requestIDs, r
 	}
 	return AcquireResult{}, nil, false
 }
+
+// notAfterOf is the "not after" (ARGV 15) of acquire.lua's args.
+func notAfterOf(args []any) string { return args[14].(string) }
 
 // acquireArgs are acquire.lua's ARGV for r under lease hash lh.
 func (s *Store) acquireArgs(r AcquireRequest, ids requestIDs, lh, mode string, poll time.Duration) []any {

@@ -372,7 +372,7 @@ func (s *Store) Shutdown() {
 
 // Close shuts down, waits for the Redis calls in flight to end (each is bounded
 // by the client's timeouts), gives the requests abandoned meanwhile up to
-// closeUndoWait to be undone, and stops the pub/sub dispatcher. Calls after
+// closeUndoWait (all told) to end and be undone, and stops the pub/sub dispatcher. Calls after
 // Close answer ErrUnavailable. It does not close the client.
 func (s *Store) Close() error {
 	s.Shutdown()
@@ -380,7 +380,11 @@ func (s *Store) Close() error {
 		s.gate.Lock()
 		s.closed = true
 		s.gate.Unlock()
-		s.stopCleaner(closeUndoWait)
+		// A request whose call just failed queues its undo after the call gave
+		// the gate back: the cleaner stops only once those requests have ended.
+		deadline := time.Now().Add(closeUndoWait)
+		s.awaitRequests(deadline)
+		s.stopCleaner(time.Until(deadline))
 		s.opt.Gate.Close()
 	})
 	err := s.disp.close()
@@ -439,7 +443,6 @@ func (s *Store) runGrant(ctx context.Context, sc *redis.Script, op string, keys 
 }
 
 func (s *Store) call(ctx context.Context, sc *redis.Script, op string, keys []string, retry, wait bool, args ...any) (reply, error) {
-	ctx = context.WithValue(ctx, opKey{}, op) // names its span when traced (trace.go)
 	s.gate.RLock()
 	defer s.gate.RUnlock()
 	if s.closed {
@@ -449,33 +452,40 @@ func (s *Store) call(ctx context.Context, sc *redis.Script, op string, keys []st
 		return reply{}, fmt.Errorf("%s: %w: redis is down (health gate)", op, ErrUnavailable)
 	}
 	for attempt := 0; ; attempt++ {
-		var v []any
-		var err error
-		if wait {
-			v, err = s.evalWait(ctx, sc, op, keys, args)
-		} else {
-			v, err = sc.Run(ctx, s.scr, keys, args...).Slice()
-		}
-		if err == nil {
-			rep, err := decodeReply(v)
-			if err == nil && rep.code == "expired" {
-				go s.syncClock(context.WithoutCancel(ctx))
-				return reply{}, fmt.Errorf("%s: %w: %w", op, ErrUnavailable, errExpired)
-			}
-			return rep, err
-		}
-		s.clusterErr(err)
-		if ctx.Err() == nil && isDialError(err) {
-			// Redis refuses connections (or they time out): keep everyone else away
-			// until it answers again. A broken connection alone is not that: the
-			// next call dials a new one.
-			s.opt.Gate.close()
-		}
-		if retry && attempt == 0 && ctx.Err() == nil && isConnError(err) && !s.opt.Gate.Down() {
+		rep, err, raw := s.attempt(ctx, sc, op, keys, wait, args)
+		if raw != nil && retry && attempt == 0 && ctx.Err() == nil && isConnError(raw) && !s.opt.Gate.Down() {
 			continue
 		}
-		return reply{}, s.storeErr(op, err)
+		return rep, err
 	}
+}
+
+// attempt sends a script once, for call (and runCall, calls.go), which hold
+// s.gate. raw is the client's error when the call got no reply.
+func (s *Store) attempt(ctx context.Context, sc *redis.Script, op string, keys []string, wait bool, args []any) (rep reply, err, raw error) {
+	ctx = context.WithValue(ctx, opKey{}, op) // names its span when traced (trace.go)
+	var v []any
+	if wait {
+		v, raw = s.evalWait(ctx, sc, op, keys, args)
+	} else {
+		v, raw = sc.Run(ctx, s.scr, keys, args...).Slice()
+	}
+	if raw == nil {
+		rep, err := decodeReply(v)
+		if err == nil && rep.code == "expired" {
+			go s.syncClock(context.WithoutCancel(ctx))
+			return reply{}, fmt.Errorf("%s: %w: %w", op, ErrUnavailable, errExpired), nil
+		}
+		return rep, err, nil
+	}
+	s.clusterErr(raw)
+	if ctx.Err() == nil && isDialError(raw) {
+		// Redis refuses connections (or they time out): keep everyone else away
+		// until it answers again. A broken connection alone is not that: the
+		// next call dials a new one.
+		s.opt.Gate.close()
+	}
+	return reply{}, s.storeErr(op, raw), raw
 }
 
 // evalWait runs a script and then WAIT in one pipeline: go-redis sends a

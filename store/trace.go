@@ -24,7 +24,7 @@ func Trace(rdb redis.UniversalClient, tp trace.TracerProvider) error {
 	return err
 }
 
-// opKey carries the store operation of a script call (call sets it).
+// opKey carries the store operation of a script call (attempt sets it).
 type opKey struct{}
 
 // scriptNames names the span of each script call after its operation.

@@ -62,9 +62,12 @@ func (lw *lockWait) step(ev event) bool {
 	woke := time.Now()
 	lw.forward = true // until this try has an answer, a release it was given is not lost
 	// Retried when the connection breaks: idempotent, see Acquire.
-	rep, err := s.runGrant(lw.ctx, s.acquire, "acquire", ids.keys(s, r.Name), true, s.acquireArgs(r, ids, ids.lh, "new", 0)...)
+	args := s.acquireArgs(r, ids, ids.lh, "new", 0)
+	rep, err := s.runCall(lw.ctx, s.acquire, "acquire", ids.keys(s, r.Name), true, true, args...)
 	if err != nil {
-		s.failed(ids.undo(r.Name), err)
+		u := ids.undo(r.Name)
+		u.until = notAfterOf(args)
+		s.failed(u, err)
 		return lw.finish(AcquireResult{}, err)
 	}
 	lw.forward = false
@@ -132,10 +135,13 @@ func (s *Store) waitFair(ctx context.Context, r AcquireRequest, ids requestIDs, 
 		f(AcquireResult{}, err)
 		return
 	}
-	t := ticketWait{name: r.Name, ticket: ids.ticket, th: ids.th, tlh: ids.tlh, own: ids.lh, by: r.By, keep: ids.ik != "", pid: ids.pid}
+	t := ticketWait{name: r.Name, ticket: ids.ticket, th: ids.th, tlh: ids.tlh, own: ids.lh, by: r.By, keep: ids.ik != "", pid: ids.pid,
+		until: new(string)}
 	t.enqueue = func(ctx context.Context, poll time.Duration) (reply, error) {
+		args := s.acquireArgs(r, ids, ids.lh, "fair", poll)
+		*t.until = notAfterOf(args)
 		// Retried when the connection breaks: idempotent, see Acquire.
-		return s.runGrant(ctx, s.acquire, "acquire", ids.keys(s, r.Name), true, s.acquireArgs(r, ids, ids.lh, "fair", poll)...)
+		return s.runCall(ctx, s.acquire, "acquire", ids.keys(s, r.Name), true, true, args...)
 	}
 	s.awaitTicket(ctx, t, time.Now().Add(r.Wait), func(res PollResult, err error) {
 		s.releaseWaiter()
@@ -202,8 +208,16 @@ func (s *Store) PollFunc(ctx context.Context, ref Ref, wait time.Duration, f fun
 		f(PollResult{}, clientGone("poll", ctx))
 		return
 	}
+	// Counted until its answer is known, and whatever it must undo queued
+	// (track): Close waits for that.
+	ended := s.track()
+	answer := f
+	f = func(res PollResult, err error) {
+		ended()
+		answer(res, err)
+	}
 	t := ticketWait{name: ref.Name, ticket: ref.ID, th: hashID(ref.ID), tlh: hashID(ticketLease(ref.ID)), by: ref.By,
-		pid: newID()[:11]}
+		pid: newID()[:11], until: new(string)}
 	if wait <= 0 || s.shuttingDown() {
 		res, err := s.pollOnce(ctx, t, 0)
 		switch {
@@ -233,11 +247,12 @@ func (s *Store) PollFunc(ctx context.Context, ref Ref, wait time.Duration, f fun
 // not seen yet.
 type ticketWait struct {
 	name, ticket string
-	th, tlh      string // the ticket's hash and its lease's hash
-	own          string // a fair acquire's own lease hash; "" for a poll
-	by           string // the principal waiting
-	keep         bool   // an idempotent acquire: nothing to undo (its client retries)
-	pid          string // names this wait's polls (keep_ticket, unpoll.lua)
+	th, tlh      string  // the ticket's hash and its lease's hash
+	own          string  // a fair acquire's own lease hash; "" for a poll
+	by           string  // the principal waiting
+	keep         bool    // an idempotent acquire: nothing to undo (its client retries)
+	pid          string  // names this wait's polls (keep_ticket, unpoll.lua)
+	until        *string // the "not after" of the wait's latest call, for its undo's tombstone
 	// enqueue, for a fair acquire, makes the first check: it creates the ticket,
 	// or grants at once under the request's own lease.
 	enqueue func(context.Context, time.Duration) (reply, error)
@@ -251,15 +266,16 @@ type ticketWait struct {
 // tombstone must stop it should it run later.
 func (s *Store) undoTicket(t ticketWait, uncertain bool) {
 	if t.own != "" && !t.keep {
-		s.undo(undo{name: t.name, lh: t.own, th: t.th, tlh: t.tlh, tomb: uncertain, keep: t.keep})
+		s.undo(undo{name: t.name, lh: t.own, th: t.th, tlh: t.tlh, tomb: uncertain, keep: t.keep, until: *t.until})
 		return
 	}
-	s.undo(undo{name: t.name, th: t.th, tlh: t.tlh, poll: true, pid: t.pid, by: t.by, tomb: uncertain})
+	s.undo(undo{name: t.name, th: t.th, tlh: t.tlh, poll: true, pid: t.pid, by: t.by, tomb: uncertain, until: *t.until})
 }
 
 func (s *Store) pollOnce(ctx context.Context, t ticketWait, poll time.Duration) (PollResult, error) {
 	keys := append(s.keys(t.name), s.ticketKey(t.name, t.th))
-	rep, err := s.runGrant(ctx, s.poll, "poll", keys, true, t.th, t.tlh, ms(poll), t.by, t.pid, s.notAfter(keys[0]))
+	*t.until = s.notAfter(keys[0])
+	rep, err := s.runCall(ctx, s.poll, "poll", keys, true, true, t.th, t.tlh, ms(poll), t.by, t.pid, *t.until)
 	if err != nil {
 		return PollResult{}, err
 	}

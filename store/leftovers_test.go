@@ -1,0 +1,92 @@
+package store_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/store"
+)
+
+// After a name's last hold and ticket end, Redis keeps its fence key for no
+// more than the fence guard (counted from the last grant), the tombstone of an
+// abandoned request no longer than the deadline of the call it stops, and
+// nothing else: not a fence key kept for the rest of a lease released early,
+// nor one kept for the life of a ticket that went early (cancelled, or its
+// waiter hung up).
+func TestNothingStaysBehind(t *testing.T) {
+	const guard = time.Second
+	prefix := "left" + time.Now().Format("150405.000000")
+	s := newStore(t, store.Options{Prefix: prefix, FenceGuard: guard, TicketTTL: 10 * time.Second})
+	rdb := shared.Client(t)
+	ctx := context.Background()
+	acquire := func(ctx context.Context, r store.AcquireRequest) store.AcquireResult {
+		t.Helper()
+		res, err := s.Acquire(ctx, r)
+		if err != nil {
+			t.Fatalf("acquire %+v: %v", r, err)
+		}
+		return res
+	}
+	release := func(name, id string) {
+		t.Helper()
+		if _, err := s.Release(ctx, store.Ref{Name: name, ID: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A long lease, released at once.
+	l := acquire(ctx, store.AcquireRequest{Name: "long", TTL: time.Hour})
+	release("long", l.Lease.ID)
+
+	// A fair waiter that hangs up while it waits, then the holder releases.
+	h := acquire(ctx, store.AcquireRequest{Name: "hung", TTL: 5 * time.Second})
+	wctx, hangUp := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Acquire(wctx, store.AcquireRequest{Name: "hung", TTL: time.Minute, Fair: true, Wait: 30 * time.Second})
+		done <- err
+	}()
+	for s.LocalWaiters("hung") == 0 || rdb.Exists(ctx, prefix+":{hung}:q").Val() == 0 {
+		time.Sleep(time.Millisecond) // nothing announces the ticket's creation
+	}
+	hangUp()
+	<-done
+	release("hung", h.Lease.ID)
+
+	// A ticket cancelled while the lock is held, then the holder releases.
+	c := acquire(ctx, store.AcquireRequest{Name: "cancel", TTL: time.Minute})
+	q := acquire(ctx, store.AcquireRequest{Name: "cancel", TTL: time.Minute, Fair: true})
+	if err := s.Cancel(ctx, store.Ref{Name: "cancel", ID: q.Ticket.ID}); err != nil {
+		t.Fatal(err)
+	}
+	release("cancel", c.Lease.ID)
+
+	// A ticket polled and cancelled, the holder releasing afterwards.
+	p := acquire(ctx, store.AcquireRequest{Name: "polled", TTL: time.Minute})
+	pq := acquire(ctx, store.AcquireRequest{Name: "polled", TTL: time.Minute, Fair: true})
+	if _, err := s.Poll(ctx, store.Ref{Name: "polled", ID: pq.Ticket.ID}, 10*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Cancel(ctx, store.Ref{Name: "polled", ID: pq.Ticket.ID}); err != nil {
+		t.Fatal(err)
+	}
+	release("polled", p.Lease.ID)
+
+	for _, k := range rdb.Keys(ctx, prefix+":*").Val() {
+		pttl := rdb.PTTL(ctx, k).Val()
+		switch {
+		case strings.HasSuffix(k, ":fence"):
+			if pttl > guard {
+				t.Errorf("fence key %s lives %v more after the name's last hold and ticket ended, want at most the guard %v", k, pttl, guard)
+			}
+		case strings.Contains(k, "}:x:"):
+			if pttl > store.WorstCall+2*time.Second {
+				t.Errorf("tombstone %s lives %v more, past the deadline of any call it could stop", k, pttl)
+			}
+		default:
+			t.Errorf("%s (pttl %v) left after the name's last hold and ticket ended", k, pttl)
+		}
+	}
+}
