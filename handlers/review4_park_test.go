@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/batonhq/baton/internal/redistest"
 )
 
 // Review 4 (parked long-polls): each runs parked and not parked, and wants the
@@ -156,4 +158,55 @@ func TestReview4NoGoroutineLeak(t *testing.T) {
 	e.awaitWaiters(0)
 	e.awaitHeld(0)
 	pollUntil(t, 10*time.Second, "goroutines back", func() bool { return runtime.NumGoroutine() <= before+5 })
+}
+
+// Redis restarts (empty) while many long-polls are parked on one lock: the
+// watches see it change hands and answer, one non-fair waiter is granted, the rest
+// keep waiting and answer 423 at their deadline; nobody hangs, nothing is
+// left parked.
+func TestReview4RedisRestartManyParked(t *testing.T) {
+	srv := redistest.Start(t)
+	e := newEnv(t, envOptions{Redis: srv})
+	h := e.acquire("rr", map[string]any{"ttl_ms": 30000})
+	const nw, nl = 10, 20
+	var watches, waits []<-chan answer
+	for i := 0; i < nw; i++ {
+		watches = append(watches, e.send(req{Method: "GET", Path: "/v1/locks/rr?wait_ms=8000"}))
+	}
+	for i := 0; i < nl; i++ {
+		waits = append(waits, e.send(req{Method: "POST", Path: "/v1/locks/rr", Body: map[string]any{"wait_ms": 8000, "ttl_ms": 30000}}))
+	}
+	e.awaitWaiters(nw + nl)
+	e.awaitHeld(nw + nl)
+	srv.Kill()
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	for i, w := range watches {
+		a := awaitAnswer(t, w, 5*time.Second)
+		if a.r.Status != http.StatusOK || a.r.Bool("held") && a.r.Int("fence") == h.Int("fence") {
+			t.Errorf("watch %d: %d %s", i, a.r.Status, a.r.Raw)
+		}
+	}
+	granted := 0
+	for i, w := range waits {
+		a := awaitAnswer(t, w, 12*time.Second)
+		switch a.r.Status {
+		case http.StatusCreated:
+			granted++
+			if a.at.Sub(back) > 3*time.Second {
+				t.Errorf("waiter %d granted %v after Redis came back", i, a.at.Sub(back))
+			}
+		case http.StatusLocked, http.StatusServiceUnavailable:
+		default:
+			t.Errorf("waiter %d: %d %s", i, a.r.Status, a.r.Raw)
+		}
+	}
+	if granted != 1 {
+		t.Errorf("%d waiters granted after Redis restarted empty, want 1", granted)
+	}
+	e.awaitWaiters(0)
+	e.client.CloseIdleConnections()
+	e.awaitHeld(0)
 }
