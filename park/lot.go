@@ -144,7 +144,12 @@ func (l *Lot) Park(w http.ResponseWriter, r *http.Request, bodyRead bool, since 
 	s.mu.Lock() // until it is watched: Close and the poller wait for it
 	l.spots[s.token] = s
 	l.mu.Unlock()
-	err = l.p.watch(fd, s.token, false, true)
+	// A plain connection is watched for bytes too: a next request (pipelined)
+	// means the client is there, as net/http's background read takes its
+	// first byte, and a half-close behind it is no hang-up. Not under TLS,
+	// where bytes may be the client's close_notify.
+	s.peekable = tlsOf(hc) == nil
+	err = l.p.watch(fd, s.token, s.peekable, true)
 	if err != nil {
 		s.hungUp = true // nothing could tell when the client goes: take it as gone
 	}

@@ -100,3 +100,24 @@ func (p *poller) close() {
 	_ = p.f.Close()
 	<-p.done
 }
+
+// errAgain: peek found nothing to read yet.
+var errAgain = unix.EAGAIN
+
+// peek is how many bytes (0 or 1) wait to be read on fd without taking them:
+// 0 at the end of the stream, -1 with the error (errAgain: none yet).
+func peek(fd int) (int, error) {
+	var b [1]byte
+	for {
+		n, _, err := unix.Recvfrom(fd, b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.EAGAIN):
+			return -1, errAgain
+		case err != nil:
+			return -1, err
+		}
+		return n, nil
+	}
+}

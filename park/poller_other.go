@@ -21,3 +21,7 @@ func newPoller(func(uint64, event)) (*poller, error)                   { return 
 func (p *poller) watch(fd int, token uint64, readable, add bool) error { return errUnsupported }
 func (p *poller) forget(fd int)                                        {}
 func (p *poller) close()                                               {}
+
+var errAgain = errors.New("park: nothing to read")
+
+func peek(fd int) (int, error) { return -1, errUnsupported }

@@ -26,6 +26,8 @@ type Spot struct {
 	mu        sync.Mutex
 	state     spotState
 	hungUp    bool        // the client closed or reset the connection
+	peekable  bool        // parked watched for bytes too (plain connections)
+	present   bool        // a next request began while parked: no more watching until the answer
 	idleTimer *time.Timer // while idle
 }
 
@@ -110,7 +112,27 @@ func (s *Spot) event(ev event) {
 	s.mu.Lock()
 	switch s.state {
 	case parked, answering:
-		if ev&evHangUp == 0 || s.hungUp {
+		if s.present || s.hungUp {
+			s.mu.Unlock()
+			return
+		}
+		if ev&evReadable != 0 && s.peekable {
+			// Bytes, or the end of the stream (a half-close reads as
+			// readable too): net/http's background read would have taken
+			// a byte of a next request and stopped looking, or seen EOF.
+			switch n, err := peek(s.fd); {
+			case n > 0:
+				s.present = true // Finish arms the socket again
+				s.mu.Unlock()
+				return
+			case n < 0 && err == errAgain: // nothing after all: look again
+				_ = s.lot.p.watch(s.fd, s.token, true, false)
+				s.mu.Unlock()
+				return
+			}
+			ev |= evHangUp
+		}
+		if ev&evHangUp == 0 {
 			s.mu.Unlock()
 			return
 		}
