@@ -348,8 +348,11 @@ local function handoff(now, announce)
       if (tonumber(t[5]) or 0) >= now then
         window, tk, claimed, pc = ttl, '', '1', t[11] or ''
       end
-      -- The fence key must outlive the full lease even when the grant waits for its claim.
-      local fence = next_fence(now, ttl)
+      -- The fence key lives for the grant's window: the full lease when claimed
+      -- at once; else the claim window, and a claim (set_deadline) keeps it
+      -- for the lease then. A grant never claimed passes on, and its fence key
+      -- does not outlive the guard by the lease it never had.
+      local fence = next_fence(now, window)
       grant(shared, limit, t[1], ttl, t[3], t[6] or '', now, fence, window, tk, t[9])
       -- pc: the poll in flight this grant was made for, at its full ttl; only that
       -- poll's end may turn the grant back into an unclaimed one (unpoll.lua).
@@ -381,9 +384,9 @@ local function handoff(now, announce)
     -- A run of shared grants emptied the queue: non-fair shared waiters may fit too.
     redis.call(PUBLISH, channel, 'r')
   end
-  if granted == 0 then
-    fit_fence(now)
-  end
+  -- The holds that ended (or the grants just made, for their windows) may
+  -- need the fence key for less than it was kept for.
+  fit_fence(now)
   return granted
 end
 

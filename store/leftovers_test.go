@@ -18,7 +18,8 @@ import (
 func TestNothingStaysBehind(t *testing.T) {
 	const guard = time.Second
 	prefix := "left" + time.Now().Format("150405.000000")
-	s := newStore(t, store.Options{Prefix: prefix, FenceGuard: guard, TicketTTL: 10 * time.Second})
+	const ticketTTL = 10 * time.Second
+	s := newStore(t, store.Options{Prefix: prefix, FenceGuard: guard, TicketTTL: ticketTTL})
 	rdb := shared.Client(t)
 	ctx := context.Background()
 	acquire := func(ctx context.Context, r store.AcquireRequest) store.AcquireResult {
@@ -74,7 +75,21 @@ func TestNothingStaysBehind(t *testing.T) {
 	}
 	release("polled", p.Lease.ID)
 
+	// A ticket handed the lock while its owner was not polling, who never comes
+	// back: the grant is kept for its claim for the ticket ttl, then passes on
+	// (here to nobody). The fence key is kept for the claim window, not for the
+	// minute the lease would have had, had it been claimed.
+	u := acquire(ctx, store.AcquireRequest{Name: "unclaimed", TTL: time.Minute})
+	acquire(ctx, store.AcquireRequest{Name: "unclaimed", TTL: time.Minute, Fair: true})
+	release("unclaimed", u.Lease.ID)
+	if pttl := rdb.PTTL(ctx, prefix+":{unclaimed}:fence").Val(); pttl > ticketTTL {
+		t.Errorf("the fence key of a grant waiting for its claim lives %v, more than the claim window %v", pttl, ticketTTL)
+	}
+
 	for _, k := range rdb.Keys(ctx, prefix+":*").Val() {
+		if strings.Contains(k, "{unclaimed}") {
+			continue // its grant waits for its claim
+		}
 		pttl := rdb.PTTL(ctx, k).Val()
 		switch {
 		case strings.HasSuffix(k, ":fence"):
