@@ -127,6 +127,7 @@ func newClusterClient(rawURL string) (redis.UniversalClient, error) {
 	// retried, whatever the command: see onceCmd.
 	o.MaxRedirects = 8
 	o.DisableRoutingPolicies = true
+	o.MaintNotificationsConfig = noMaintNotifications()
 	return redis.NewClusterClient(o), nil
 }
 
@@ -454,18 +455,19 @@ func (t *topology) node(addr string) *redis.Client {
 	}
 	o := t.opts
 	c := redis.NewClient(&redis.Options{
-		Addr:                  addr,
-		Username:              o.Username,
-		Password:              o.Password,
-		TLSConfig:             o.TLSConfig,
-		Dialer:                o.Dialer,
-		MaxRetries:            o.MaxRetries,
-		DialerRetries:         o.DialerRetries,
-		DialTimeout:           o.DialTimeout,
-		ReadTimeout:           o.ReadTimeout,
-		WriteTimeout:          o.WriteTimeout,
-		ContextTimeoutEnabled: o.ContextTimeoutEnabled,
-		PoolSize:              o.PoolSize,
+		Addr:                     addr,
+		Username:                 o.Username,
+		Password:                 o.Password,
+		TLSConfig:                o.TLSConfig,
+		Dialer:                   o.Dialer,
+		MaxRetries:               o.MaxRetries,
+		DialerRetries:            o.DialerRetries,
+		DialTimeout:              o.DialTimeout,
+		ReadTimeout:              o.ReadTimeout,
+		WriteTimeout:             o.WriteTimeout,
+		ContextTimeoutEnabled:    o.ContextTimeoutEnabled,
+		PoolSize:                 o.PoolSize,
+		MaintNotificationsConfig: noMaintNotifications(),
 	})
 	if t.closed {
 		_ = c.Close()

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 	"github.com/rs/zerolog"
 
 	"github.com/batonhq/baton/lua"
@@ -157,10 +158,19 @@ func newClient(rawURL string, g *Gate) (redis.UniversalClient, error) {
 		return nil, urlError(rawURL, err)
 	}
 	connLimits(&opt.MaxRetries, &opt.DialerRetries, &opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.ContextTimeoutEnabled)
+	opt.MaintNotificationsConfig = noMaintNotifications()
 	if g != nil {
 		opt.Dialer = g.dialer(redis.NewDialer(opt))
 	}
 	return redis.NewClient(opt), nil
+}
+
+// noMaintNotifications turns off go-redis's handling of Redis Enterprise's
+// maintenance push notifications (on by default since v9.16): open-source
+// Redis sends none, and each client (each cluster node's too) would keep a
+// goroutine of its own for it.
+func noMaintNotifications() *maintnotifications.Config {
+	return &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 }
 
 // connLimits sets what the plain and the Sentinel client share (go-redis has a
