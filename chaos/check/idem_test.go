@@ -32,6 +32,7 @@ func TestIdempotency(t *testing.T) {
 		samples []Sample
 		wrong   int
 		excused int
+		used    int
 	}{
 		{name: "a lost answer, then the same lease replayed",
 			ops: []Op{keyed(lost(1, 0, 50), "k", "c1.1", 1, 0),
@@ -59,6 +60,16 @@ func TestIdempotency(t *testing.T) {
 				release(1, "A", 10, 10, 15, 0),
 				keyed(granted(grant(1, "B", 11, 2000, 2005, 1000), 2002), "k", "c1.1", 2, 0)},
 			excused: 1},
+		{name: "a second hold within the grace after the first ended",
+			ops: []Op{keyed(granted(grant(1, "A", 10, 0, 5, 100), 2), "k", "c1.1", 1, 0),
+				release(1, "A", 10, 10, 15, 0),
+				keyed(granted(grant(1, "B", 11, 500, 505, 1000), 502), "k", "c1.1", 2, 0)},
+			wrong: 1},
+		{name: "a retry within the grace after the hold ended: 409",
+			ops: []Op{keyed(granted(grant(1, "A", 10, 0, 5, 100), 2), "k", "c1.1", 1, 0),
+				release(1, "A", 10, 10, 15, 0),
+				keyed(Op{Client: 1, Lock: "l", Kind: Acquire, Call: ms(500), Return: ms(505), Outcome: Used}, "k", "c1.1", 2, 0)},
+			used: 1},
 		{name: "the same lease again, not marked replayed",
 			ops: []Op{keyed(granted(grant(1, "A", 10, 0, 5, 1000), 2), "k", "c1.1", 1, 0),
 				keyed(granted(grant(1, "A", 10, 10, 15, 1000), 2), "k", "c1.1", 2, 0)},
@@ -70,8 +81,9 @@ func TestIdempotency(t *testing.T) {
 				tt.samples[i].Owner = "c1.1"
 			}
 			r := Idempotency(tt.ops, tt.samples, time.Second)
-			if len(r.Wrong) != tt.wrong || r.Excused != tt.excused {
-				t.Fatalf("wrong %d (%s), excused %d; want %d, %d", len(r.Wrong), strings.Join(r.Wrong, "; "), r.Excused, tt.wrong, tt.excused)
+			if len(r.Wrong) != tt.wrong || r.Excused != tt.excused || r.Used != tt.used {
+				t.Fatalf("wrong %d (%s), excused %d, used %d; want %d, %d, %d", len(r.Wrong), strings.Join(r.Wrong, "; "),
+					r.Excused, r.Used, tt.wrong, tt.excused, tt.used)
 			}
 		})
 	}
