@@ -15,10 +15,12 @@ import (
 // (awaitNoLeaks): at that moment the locks have finished. Then each name's fence
 // key may outlive its last grant, hold and ticket by BATON_FENCE_GUARD and no
 // more, and nothing else of the name may be left at all but the tombstones of
-// abandoned or ended requests, until the deadline of the calls they stop
-// (README, Guarantees: "Nothing stays behind"); so fenceGuard after the locks
-// finished (plus guardSlack for the runner's own reading) no key but a
-// tombstone may be left, and tombstoneLife after, none.
+// abandoned or ended requests, until the deadline of the calls they stop, and
+// the records of the Idempotency-Keys that made holds or tickets there, for
+// BATON_IDEMPOTENCY_GRACE after what they made ended (README, Guarantees:
+// "Nothing stays behind"); so fenceGuard after the locks finished (plus
+// guardSlack for the runner's own reading) no key but a tombstone or a record
+// may be left, and the longer of tombstoneLife and the grace after, none.
 // Each key left is a violation, reported once, with its type and remaining ttl.
 func (r *trial) checkKeys(ctx context.Context, out *row) error {
 	leaks, err := awaitNoLeaks(ctx, r.top.rdb, r.cfg.settle)
@@ -35,18 +37,20 @@ func (r *trial) checkKeys(ctx context.Context, out *row) error {
 		}
 	}
 	finished := time.Now()
-	left, err := awaitKeys(ctx, r.top.rdb, r.cfg.fenceGuard+guardSlack, isTombstone)
+	lingers := func(k string) bool { return isTombstone(k) || isRecord(k) }
+	left, err := awaitKeys(ctx, r.top.rdb, r.cfg.fenceGuard+guardSlack, lingers)
 	if err != nil {
 		return err
 	}
 	// A tombstone lasts until the deadline of the call it stops, at most
-	// tombstoneLife after the call was sent, so before the locks finished.
-	tombs, err := awaitKeys(ctx, r.top.rdb, max(tombstoneLife-time.Since(finished), 0)+guardSlack,
-		func(k string) bool { return !isTombstone(k) })
+	// tombstoneLife after the call was sent, so before the locks finished; a
+	// record, the grace after what its key made ended, before they finished too.
+	late, err := awaitKeys(ctx, r.top.rdb, max(max(tombstoneLife, r.cfg.idemGrace)-time.Since(finished), 0)+guardSlack,
+		func(k string) bool { return !lingers(k) })
 	if err != nil {
 		return err
 	}
-	left = append(left, tombs...)
+	left = append(left, late...)
 	after := time.Since(finished).Round(time.Millisecond)
 	for _, k := range left {
 		if reported[k.name] {
@@ -54,11 +58,11 @@ func (r *trial) checkKeys(ctx context.Context, out *row) error {
 		}
 		out.violations++
 		if shown[k.kind()]++; shown[k.kind()] <= maxKeys {
-			out.details = append(out.details, fmt.Sprintf("%s left in Redis %v after the locks finished (BATON_FENCE_GUARD %v): %s",
-				k.kind(), after, r.cfg.fenceGuard, k))
+			out.details = append(out.details, fmt.Sprintf("%s left in Redis %v after the locks finished (BATON_FENCE_GUARD %v, BATON_IDEMPOTENCY_GRACE %v): %s",
+				k.kind(), after, r.cfg.fenceGuard, r.cfg.idemGrace, k))
 		}
 	}
-	for _, kind := range []string{"key", "fence key", "tombstone of an abandoned request"} {
+	for _, kind := range []string{"key", "fence key", "tombstone of an abandoned request", "idempotency record"} {
 		if n := shown[kind]; n > maxKeys {
 			out.details = append(out.details, fmt.Sprintf("(and %d more, %d in all, of the kind: %s)", n-maxKeys, n, kind))
 		}
@@ -83,10 +87,11 @@ const guardSlack = 500 * time.Millisecond
 // Baton's: once the workload has ended, every lease, ticket and queue runs out
 // within the longest lease and poll plus two ticket ttls (a ticket's life, then
 // an unclaimed grant's window). Fence keys and the tombstones of abandoned
-// requests (P:{N}:x:<lease hash>, store/abandon.go) are left to the guard
-// check. It returns the keys still there at the end.
+// requests (P:{N}:x:<lease hash>, store/abandon.go) and the Idempotency-Keys'
+// records (P:{N}:i:<key hash>) are left to the guard check. It returns the
+// keys still there at the end.
 func awaitNoLeaks(ctx context.Context, rdb redis.UniversalClient, settle time.Duration) ([]key, error) {
-	return awaitKeys(ctx, rdb, settle, func(k string) bool { return isFence(k) || isTombstone(k) || isDeployment(k) })
+	return awaitKeys(ctx, rdb, settle, func(k string) bool { return isFence(k) || isTombstone(k) || isRecord(k) || isDeployment(k) })
 }
 
 // isDeployment reports the keys of the deployment rather than of a lock name:
@@ -98,6 +103,10 @@ func isDeployment(k string) bool { return k == keyPrefix+":secret" || k == keyPr
 func isFence(k string) bool { return strings.HasSuffix(k, ":fence") }
 
 func isTombstone(k string) bool { return strings.Contains(k, "}:x:") }
+
+// isRecord reports an Idempotency-Key's record (lua/lib.lua: P:{N}:i:<key
+// hash>), which lives BATON_IDEMPOTENCY_GRACE after what its key made ended.
+func isRecord(k string) bool { return strings.Contains(k, "}:i:") }
 
 // key is a key of Baton's found in Redis.
 type key struct {
@@ -114,6 +123,8 @@ func (k key) kind() string {
 		return "fence key"
 	case isTombstone(k.name):
 		return "tombstone of an abandoned request"
+	case isRecord(k.name):
+		return "idempotency record"
 	}
 	return "key"
 }

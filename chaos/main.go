@@ -102,13 +102,25 @@ func quickConfig() config {
 		minTTL: 200 * time.Millisecond, maxTTL: 800 * time.Millisecond, longTTL: 4 * time.Second,
 		maxWait: 800 * time.Millisecond, maxPoll: 800 * time.Millisecond, ticketTTL: time.Second,
 		fenceGuard: 2 * time.Second, hangUps: 0.12, expiryRaces: 0.03,
-		keyed: 0.4, replays: 0.3, idemGrace: time.Second,
+		keyed: 0.4, replays: 0.3, idemGrace: idemGrace,
 		watchers: 6, maxWatch: 1500 * time.Millisecond, watchSlack: 50 * time.Millisecond,
 		pubsubEvery: time.Second, redisEvery: 3 * time.Second, batonEvery: 3 * time.Second,
 		down: 300 * time.Millisecond, freezeMin: 3 * time.Second, freezeMax: 5 * time.Second,
 		checkTimeout: 20 * time.Second,
 	}
 }
+
+// idemGrace is the Batons' BATON_IDEMPOTENCY_GRACE, in both modes: longer
+// than the longest fault (Redis frozen up to freezeMax, 5 s; a network black
+// hole of 3*maxTTL), so that a key's retry that comes only after a fault is
+// within the grace of what the key made, even when that ended unseen during the
+// fault (a lease run out while its renewal's outcome was unknown): the retry
+// is a 409 idempotency-key-used, never a new hold. With a shorter grace such a
+// retry is, by the contract, a fresh acquire (API.md, "Idempotency-Key"),
+// which check.Idempotency cannot tell from a second hold, not knowing when the
+// first truly ended. The key check lets the records live the grace after the
+// locks finished (checkKeys).
+const idemGrace = 10 * time.Second
 
 func fullConfig() config {
 	c := quickConfig()

@@ -166,9 +166,10 @@ func (w *worker) acquireIdem(name string, o client.AcquireOptions) (*client.Acqu
 
 // replayEnded now and then sends an acquire with an Idempotency-Key again
 // after what it made has ended (released, run out, cancelled): within
-// BATON_IDEMPOTENCY_GRACE that is a 409 idempotency-key-used, never a new
-// hold. Should it be one all the same (Redis lost the key's record), the hold
-// is released and check.Idempotency judges it.
+// BATON_IDEMPOTENCY_GRACE (the runner's outlasts any fault: idemGrace) that
+// is a 409 idempotency-key-used, never a new hold. Should it be one all the
+// same (Redis lost the key's record), the hold is released and
+// check.Idempotency judges it.
 func (w *worker) replayEnded(name string, o client.AcquireOptions, last check.Op) {
 	if o.IdempotencyKey == "" || !w.chance(w.cfg.replays) {
 		return
