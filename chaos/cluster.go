@@ -15,7 +15,8 @@ import (
 
 // The Redis Cluster scenarios (issue 13): the Batons move, once the workload
 // has begun, onto a 3-master, 3-replica cluster (redis+cluster://, sharded
-// pub/sub), and the fault hits one shard at a time.
+// pub/sub), all stopped before any starts there, and the fault hits one shard
+// at a time.
 //
 //   - cluster-failover: a master killed (SIGKILL); its replica is promoted
 //     (cluster-node-timeout 1s), and the old master comes back as its replica.
@@ -63,15 +64,26 @@ func startCluster(r *trial, env ...string) (*redistest.Cluster, error) {
 	env = append(env, "BATON_REDIS_URL="+c.URL())
 	// Moving onto an empty store loses every hold: a Loss, and a span in which
 	// Baton had no Redis, from the first Baton stopped to the last one started.
+	// Every Baton has stopped before any starts on the cluster: were one
+	// serving the old Redis while another served the cluster, the workload
+	// would see two stores at once, which no history of one lock explains (a
+	// lock granted on the cluster, then its holder's re-entry on the old Redis
+	// answered not-held). So the Loss lies between the last stop and the first
+	// start, inside the span recorded.
 	moved := time.Now()
 	defer func() {
 		r.rec.Add(check.Op{Kind: check.Loss, Call: moved, Return: time.Now(), Outcome: check.OK, Client: -1,
 			Detail: "the Batons moved onto the cluster, empty"})
 		r.span(moved, time.Now(), lostRedis, "Batons moved onto the cluster")
 	}()
+	for _, b := range r.top.batons {
+		b.terminate() // all at once: the outage lasts the slowest shutdown, not their sum
+	}
+	for _, b := range r.top.batons {
+		b.awaitExit(stopGrace)
+	}
 	exited := make([]chan struct{}, 0, len(r.top.batons))
 	for _, b := range r.top.batons {
-		b.stop()
 		b.mu.Lock()
 		b.env = append(b.env, env...) // the last of a repeated variable wins
 		b.mu.Unlock()
