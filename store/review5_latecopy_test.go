@@ -1,0 +1,251 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/batonhq/baton/internal/redistest"
+)
+
+// holdBack is a go-redis hook that, once armed, keeps the next call of one
+// script from Redis and fails it as a broken connection does after the
+// command was written (the store retries it): the command kept is the first
+// copy, held up in the network, which the test delivers late (deliver).
+type holdBack struct {
+	mu    sync.Mutex
+	sha   string
+	armed bool
+	held  []any
+}
+
+func (h *holdBack) arm(sha string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.sha, h.armed, h.held = sha, true, nil
+}
+
+func (h *holdBack) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *holdBack) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.mu.Lock()
+		a := cmd.Args()
+		if h.armed && (cmd.Name() == "evalsha" || cmd.Name() == "eval") && len(a) > 1 &&
+			(a[1] == h.sha || cmd.Name() == "eval") {
+			h.armed = false
+			h.held = append([]any(nil), a...)
+			h.mu.Unlock()
+			cmd.SetErr(io.ErrUnexpectedEOF)
+			return io.ErrUnexpectedEOF
+		}
+		h.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+
+func (h *holdBack) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// deliver runs the held-back copy now, and returns its reply code.
+func (h *holdBack) deliver(t *testing.T, rdb *redis.Client) string {
+	t.Helper()
+	h.mu.Lock()
+	a := h.held
+	h.mu.Unlock()
+	if a == nil {
+		t.Fatal("no call was held back")
+	}
+	if a[0] == "eval" { // deliver as the script's sha: it is loaded by now
+		a = append([]any{"evalsha", redis.NewScript(a[1].(string)).Hash()}, a[2:]...)
+	}
+	v, err := rdb.Do(context.Background(), a...).Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v[0].(string)
+}
+
+func review5Store(t *testing.T, prefix string) (*Store, *holdBack, *redistest.Server) {
+	t.Helper()
+	srv := redistest.Start(t)
+	c, err := NewClient(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &holdBack{}
+	c.AddHook(h)
+	s := New(c, Options{Prefix: prefix, Logger: zerolog.New(zerolog.NewTestWriter(t))})
+	t.Cleanup(func() { _ = s.Close(); _ = c.Close() })
+	if err := s.Ready(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return s, h, srv
+}
+
+// settleUndos waits until the cleaner has nothing left to undo.
+func settleUndos(t *testing.T, s *Store) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); s.PendingUndos() > 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("undos still pending")
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // the last one may be running
+}
+
+// noHoldNobodyKnows fails when the lock is held, or has a queue, once every
+// request the test made has been answered and released.
+func noHoldNobodyKnows(t *testing.T, s *Store, code string) {
+	t.Helper()
+	st, err := s.State(context.Background(), "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Held || st.Waiters > 0 {
+		t.Fatalf("the late first copy answered %q and left the lock held %v (ttl %v), %d waiting: nobody knows that hold or ticket",
+			code, st.Held, st.TTL, st.Waiters)
+	}
+}
+
+// A non-fair acquire whose first copy was held up in the network: the retry
+// finds the lock held and the client is told so (409). The holder releases;
+// then the first copy reaches Redis, before its call's deadline, and grants
+// the lock, for its whole ttl, under a lease nobody was ever told of.
+func TestReview5LateCopyOfABusyAcquireGrantsNothing(t *testing.T) {
+	s, h, srv := review5Store(t, "r5b")
+	ctx := context.Background()
+	a, err := s.Acquire(ctx, AcquireRequest{Name: "x", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.arm(s.acquire.Hash())
+	_, err = s.Acquire(ctx, AcquireRequest{Name: "x", TTL: time.Minute})
+	if !errors.Is(err, ErrLockHeld) {
+		t.Fatalf("the retried acquire: %v, want held", err)
+	}
+	if _, err := s.Release(ctx, Ref{Name: "x", ID: a.Lease.ID}); err != nil {
+		t.Fatal(err)
+	}
+	settleUndos(t, s)
+	code := h.deliver(t, srv.Client(t))
+	settleUndos(t, s)
+	noHoldNobodyKnows(t, s, code)
+}
+
+// The same with a wait: the retry finds the lock held, the wait ends
+// ungranted (409), the holder releases, the first copy arrives.
+func TestReview5LateCopyOfAWaitedBusyAcquireGrantsNothing(t *testing.T) {
+	s, h, srv := review5Store(t, "r5w")
+	ctx := context.Background()
+	a, err := s.Acquire(ctx, AcquireRequest{Name: "x", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.arm(s.acquire.Hash())
+	_, err = s.Acquire(ctx, AcquireRequest{Name: "x", TTL: time.Minute, Wait: 200 * time.Millisecond})
+	if !errors.Is(err, ErrLockHeld) {
+		t.Fatalf("the retried acquire: %v, want held", err)
+	}
+	if _, err := s.Release(ctx, Ref{Name: "x", ID: a.Lease.ID}); err != nil {
+		t.Fatal(err)
+	}
+	settleUndos(t, s)
+	code := h.deliver(t, srv.Client(t))
+	settleUndos(t, s)
+	noHoldNobodyKnows(t, s, code)
+}
+
+// A fair acquire (no wait) whose first copy was held up: the retry queues a
+// ticket, the client gets the ticket, polls, is granted, releases. Then the
+// first copy arrives: it finds neither its ticket nor its ticket's grant nor a
+// tombstone, and grants the lock under the request's own lease (which nobody
+// knows), or queues the ticket again when the lock is held (a ticket nobody
+// polls, granted in turn and kept for its claim window).
+func TestReview5LateCopyOfAQueuedFairAcquireGrantsNothing(t *testing.T) {
+	for _, busyAfter := range []bool{false, true} {
+		t.Run(map[bool]string{false: "free", true: "held"}[busyAfter], func(t *testing.T) { lateFairCopy(t, busyAfter) })
+	}
+}
+
+func lateFairCopy(t *testing.T, busyAfter bool) {
+	{
+		s, h, srv := review5Store(t, "r5f")
+		ctx := context.Background()
+		a, err := s.Acquire(ctx, AcquireRequest{Name: "x", TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.arm(s.acquire.Hash())
+		res, err := s.Acquire(ctx, AcquireRequest{Name: "x", TTL: time.Minute, Fair: true})
+		if err != nil || res.Ticket == nil {
+			t.Fatalf("the retried fair acquire: %+v %v, want a ticket", res, err)
+		}
+		if _, err := s.Release(ctx, Ref{Name: "x", ID: a.Lease.ID}); err != nil {
+			t.Fatal(err)
+		}
+		p, err := s.Poll(ctx, Ref{Name: "x", ID: res.Ticket.ID}, 0)
+		if err != nil || p.Lease == nil {
+			t.Fatalf("poll: %+v %v, want the lease", p, err)
+		}
+		if _, err := s.Release(ctx, Ref{Name: "x", ID: p.Lease.ID}); err != nil {
+			t.Fatal(err)
+		}
+		var b *Lease
+		if busyAfter {
+			r, err := s.Acquire(ctx, AcquireRequest{Name: "x", TTL: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b = r.Lease
+		}
+		settleUndos(t, s)
+		code := h.deliver(t, srv.Client(t))
+		settleUndos(t, s)
+		if b != nil {
+			if code == "queued" {
+				t.Errorf("the late first copy queued its ticket again, behind a holder: a ticket nobody polls")
+			}
+			if _, err := s.Release(ctx, Ref{Name: "x", ID: b.ID}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		noHoldNobodyKnows(t, s, code)
+	}
+}
+
+// A fair acquire with a wait whose first try (mode 'new') was held up: the
+// retry finds the lock held, the wait queues a ticket and is granted, the
+// client releases. Then the first try arrives and grants under the request's
+// own lease hash, which nobody knows.
+func TestReview5LateFirstTryOfAFairWaitGrantsNothing(t *testing.T) {
+	s, h, srv := review5Store(t, "r5fw")
+	ctx := context.Background()
+	a, err := s.Acquire(ctx, AcquireRequest{Name: "x", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_, _ = s.Release(ctx, Ref{Name: "x", ID: a.Lease.ID})
+	}()
+	h.arm(s.acquire.Hash())
+	res, err := s.Acquire(ctx, AcquireRequest{Name: "x", TTL: time.Minute, Fair: true, Wait: 5 * time.Second})
+	if err != nil || res.Lease == nil {
+		t.Fatalf("the fair wait: %+v %v, want granted", res, err)
+	}
+	if _, err := s.Release(ctx, Ref{Name: "x", ID: res.Lease.ID}); err != nil {
+		t.Fatal(err)
+	}
+	settleUndos(t, s)
+	code := h.deliver(t, srv.Client(t))
+	settleUndos(t, s)
+	noHoldNobodyKnows(t, s, code)
+}
