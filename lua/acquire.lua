@@ -137,14 +137,20 @@ local kind, key = find_hold(lh)
 if kind then
   return hold_reply('granted', now, kind, key)
 end
-if redis.call('EXISTS', lock .. ':x:' .. lh) == 1 then
-  return {'abandoned'}
-end
 if mode == 'fair' then
   kind, key = find_hold(tlh)
   if kind then
     return hold_reply('ticket_granted', now, kind, key)
   end
+  if redis.call('EXISTS', tkey) == 1 then -- its ticket, still queued: a retry is answered it
+    keep_ticket(tkey, now, tonumber(ARGV[8]), ARGV[16])
+    return queued_reply(th, tkey, now)
+  end
+end
+-- Past its hold, its ticket and its ticket's grant, a copy of a request that
+-- was granted or queued (or undone, abandon.lua) finds its tombstone.
+if redis.call('EXISTS', lock .. ':x:' .. lh) == 1 then
+  return {'abandoned'}
 end
 
 -- record notes, for an Idempotency-Key, what the request made (a hold or a
@@ -205,6 +211,13 @@ if mode == 'fair' then
     record('t', th, 0)
   end
   keep_ticket(tkey, now, tonumber(ARGV[8]), ARGV[16])
+  if ARGV[15] ~= '' and ik == '' then
+    -- As a grant's (above): a copy of this call still on its way must not,
+    -- once the ticket has been granted and released (or has gone), grant the
+    -- lock under the request's own lease, nor queue the ticket again, both
+    -- unknown to anyone. Its client's retry finds the ticket (above) first.
+    tombstone(lh, tonumber(ARGV[15]), now)
+  end
   return queued_reply(th, tkey, now)
 end
 

@@ -42,6 +42,7 @@ func (s *Store) runCall(ctx context.Context, sc *redis.Script, op string, keys [
 	for attempt := 0; ; attempt++ {
 		rep, err, raw := s.attempt(ctx, sc, op, keys, grant && s.opt.WaitReplicas > 0, args)
 		if raw == nil {
+			rep.echo = ran
 			return rep, err
 		}
 		ran = ran || mayHaveRun(raw)

@@ -93,6 +93,9 @@ func (s *Store) acquire1(ctx context.Context, r AcquireRequest, ids requestIDs, 
 		return
 	}
 	if res, err, done := s.settled(ctx, r, ids, rep); done {
+		if rep.echo && !made1(rep.code) {
+			s.echoed(made)
+		}
 		f(res, err)
 		return
 	}
@@ -101,14 +104,17 @@ func (s *Store) acquire1(ctx context.Context, r AcquireRequest, ids requestIDs, 
 		held := rep.held()
 		if r.Wait <= 0 || s.shuttingDown() {
 			s.count("held")
+			if rep.echo {
+				s.echoed(made)
+			}
 			f(AcquireResult{}, held)
 			return
 		}
 		if r.Fair {
-			s.waitFair(ctx, r, ids, f)
+			s.waitFair(ctx, r, ids, rep.echo, f)
 			return
 		}
-		s.waitLock(ctx, r, ids, held, f)
+		s.waitLock(ctx, r, ids, held, rep.echo, f)
 	default:
 		f(AcquireResult{}, unexpected("acquire", rep))
 	}
@@ -160,6 +166,29 @@ func (s *Store) settled(ctx context.Context, r AcquireRequest, ids requestIDs, r
 		return AcquireResult{}, fmt.Errorf("acquire: abandoned before it ran: %w", ErrUnavailable), true
 	}
 	return AcquireResult{}, nil, false
+}
+
+// made1 reports an acquire reply that made (or found) something for its client:
+// whatever a copy of its call does later, that copy finds it (or, once it has
+// ended, its tombstone), and settled undoes it when its client has gone.
+func made1(code string) bool {
+	switch code {
+	case "granted", "queued", "ticket_granted", "replayed", "replayed_ticket", "replayed_queued":
+		return true
+	}
+	return false
+}
+
+// echoed undoes a request that ends with nothing made for its client (busy,
+// refused, a wait that ran out) while a call of it was answered only by a
+// retry (reply.echo): its first attempt may still reach Redis and grant the
+// lock, under a lease nobody will ever be told of. As for an abandoned
+// request, the undo frees whatever that copy granted already, and its
+// tombstone stops the copy should it come later.
+func (s *Store) echoed(u undo) {
+	u.tomb = true
+	u.until = "" // the undo's own: no earlier than any call the request made
+	s.undo(u)
 }
 
 // notAfterOf is the "not after" (ARGV 15) of acquire.lua's args.

@@ -30,18 +30,22 @@ type lockWait struct {
 	f       func(AcquireResult, error)
 	last    bool // the wait is over: one last look, so the answer is today's
 	forward bool // a release it was given must go to the next waiter when it leaves
+	echo    bool // a call of it was answered only by its retry (reply.echo), and nothing undoes it yet
 }
 
 // waitLock is a non-fair wait: it tries again when a release is announced, when the
 // holder's lease should have run out, and when the pub/sub connection comes back.
 // It answers a *HeldError with the latest holder when the wait ends ungranted.
-func (s *Store) waitLock(ctx context.Context, r AcquireRequest, ids requestIDs, held *HeldError, f func(AcquireResult, error)) {
+func (s *Store) waitLock(ctx context.Context, r AcquireRequest, ids requestIDs, held *HeldError, echo bool, f func(AcquireResult, error)) {
 	if err := s.reserveWaiter(); err != nil {
 		s.count("too_many_waiters")
+		if echo {
+			s.echoed(ids.undo(r.Name))
+		}
 		f(AcquireResult{}, err)
 		return
 	}
-	lw := &lockWait{s: s, ctx: ctx, r: r, ids: ids, held: held, f: f, ev: newEventWait()}
+	lw := &lockWait{s: s, ctx: ctx, r: r, ids: ids, held: held, f: f, ev: newEventWait(), echo: echo}
 	lw.w = s.disp.add(r.Name, s.channel(r.Name), kindAcquire, ids.lh, r.Shared, lw.ev.wake)
 	lw.ev.start(s, ctx, r.Wait, lw.step, func(err error) { lw.forward = true; lw.finish(AcquireResult{}, err) })
 }
@@ -68,9 +72,13 @@ func (lw *lockWait) step(ev event) bool {
 		u := ids.undo(r.Name)
 		u.until = notAfterOf(args)
 		s.failed(u, err)
+		if uncertain(err) {
+			lw.echo = false // undone, its tombstone until this call's deadline, the latest
+		}
 		return lw.finish(AcquireResult{}, err)
 	}
 	lw.forward = false
+	lw.echo = lw.echo || rep.echo
 	switch rep.code {
 	case "busy":
 		lw.held = rep.held()
@@ -87,6 +95,7 @@ func (lw *lockWait) step(ev event) bool {
 		lw.forward = l.Shared
 		if lw.ctx.Err() != nil {
 			lw.forward = true
+			lw.echo = false // undone with its tombstone, which lasts until the latest call's deadline
 			s.dropGrant(ids.undo(r.Name))
 			return lw.finish(AcquireResult{}, clientGone("acquire", lw.ctx))
 		}
@@ -103,6 +112,9 @@ func (lw *lockWait) step(ev event) bool {
 // finish ends the wait and hands its answer on.
 func (lw *lockWait) finish(res AcquireResult, err error) bool {
 	lw.ev.end()
+	if lw.echo && res.Lease == nil { // (an idempotent request is never undone: see requestIDs.undo)
+		lw.s.echoed(lw.ids.undo(lw.r.Name))
+	}
 	lw.s.disp.remove(lw.w, lw.forward)
 	lw.s.releaseWaiter()
 	lw.f(res, err)
@@ -129,7 +141,19 @@ func (s *Store) dropGrant(u undo) {
 
 // waitFair is a fair acquire with a wait: the first check (after the subscription)
 // queues a ticket unless the lock is free; then it waits for that ticket's grant.
-func (s *Store) waitFair(ctx context.Context, r AcquireRequest, ids requestIDs, f func(AcquireResult, error)) {
+func (s *Store) waitFair(ctx context.Context, r AcquireRequest, ids requestIDs, echo bool, f func(AcquireResult, error)) {
+	if echo {
+		// The first try (mode 'new') was answered only by its retry: should no
+		// ticket or grant come of this wait (whose own tombstone stops that
+		// try's copy), the request is undone with a tombstone of its own.
+		answer := f
+		f = func(res AcquireResult, err error) {
+			if res.Lease == nil && res.Ticket == nil {
+				s.echoed(ids.undo(r.Name))
+			}
+			answer(res, err)
+		}
+	}
 	if err := s.reserveWaiter(); err != nil {
 		s.count("too_many_waiters")
 		f(AcquireResult{}, err)
