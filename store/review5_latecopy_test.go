@@ -75,7 +75,11 @@ func (h *holdBack) deliver(t *testing.T, rdb *redis.Client) string {
 
 func review5Store(t *testing.T, prefix string) (*Store, *holdBack, *redistest.Server) {
 	t.Helper()
-	srv := redistest.Start(t)
+	return review5StoreOn(t, redistest.Start(t), prefix)
+}
+
+func review5StoreOn(t *testing.T, srv *redistest.Server, prefix string) (*Store, *holdBack, *redistest.Server) {
+	t.Helper()
 	c, err := NewClient(srv.URL())
 	if err != nil {
 		t.Fatal(err)
