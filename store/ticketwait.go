@@ -103,6 +103,12 @@ func (ta *ticketAwait) settle(res PollResult, err error) (PollResult, error) {
 	case err != nil:
 		if uncertain(err) {
 			ta.s.undoTicket(ta.t, true)
+		} else if ta.t.own != "" && ta.enqueue == nil {
+			// A fair acquire answered an error after its first check queued a
+			// ticket (a look refused once the store closed, an error reply): its
+			// client never learns the ticket, which must not wait for a grant
+			// nobody claims.
+			ta.s.undoTicket(ta.t, false)
 		}
 		return res, err
 	case ta.ctx.Err() != nil:
