@@ -19,10 +19,11 @@ import (
 // command was written (the store retries it): the command kept is the first
 // copy, held up in the network, which the test delivers late (deliver).
 type holdBack struct {
-	mu    sync.Mutex
-	sha   string
-	armed bool
-	held  []any
+	mu      sync.Mutex
+	sha     string
+	armed   bool
+	held    []any
+	noClock bool // TIME fails: the store has no estimate of the Redis clock
 }
 
 func (h *holdBack) arm(sha string) {
@@ -37,6 +38,11 @@ func (h *holdBack) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		h.mu.Lock()
 		a := cmd.Args()
+		if h.noClock && cmd.Name() == "time" {
+			h.mu.Unlock()
+			cmd.SetErr(io.ErrUnexpectedEOF)
+			return io.ErrUnexpectedEOF
+		}
 		if h.armed && (cmd.Name() == "evalsha" || cmd.Name() == "eval") && len(a) > 1 &&
 			(a[1] == h.sha || cmd.Name() == "eval") {
 			h.armed = false
@@ -252,4 +258,39 @@ func TestReview5LateFirstTryOfAFairWaitGrantsNothing(t *testing.T) {
 	code := h.deliver(t, srv.Client(t))
 	settleUndos(t, s)
 	noHoldNobodyKnows(t, s, code)
+}
+
+// A store with no estimate of its Redis clock yet (TIME failed; on a cluster, a
+// master just promoted) sends its calls without a "not after": a grant then
+// leaves no tombstone at all, and the first copy of a retried acquire, held up
+// in the network, grants the lock again once the client has released it.
+func TestReview5LateCopyWithoutAClockEstimateGrantsNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	c, err := NewClient(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &holdBack{noClock: true}
+	c.AddHook(h)
+	s := New(c, Options{Prefix: "r5n", Logger: zerolog.New(zerolog.NewTestWriter(t))})
+	t.Cleanup(func() { _ = s.Close(); _ = c.Close() })
+	ctx := context.Background()
+	if err := s.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s.notAfter(s.lockKey("x")) != "" {
+		t.Skip("the store has a clock estimate")
+	}
+	for _, fair := range []bool{false, true} {
+		h.arm(s.acquire.Hash())
+		res, err := s.Acquire(ctx, AcquireRequest{Name: "x", TTL: time.Minute, Fair: fair})
+		if err != nil || res.Lease == nil {
+			t.Fatalf("the retried acquire: %+v %v, want granted", res, err)
+		}
+		if _, err := s.Release(ctx, Ref{Name: "x", ID: res.Lease.ID}); err != nil {
+			t.Fatal(err)
+		}
+		code := h.deliver(t, srv.Client(t))
+		noHoldNobodyKnows(t, s, code)
+	}
 }
