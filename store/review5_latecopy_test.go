@@ -294,3 +294,42 @@ func TestReview5LateCopyWithoutAClockEstimateGrantsNothing(t *testing.T) {
 		noHoldNobodyKnows(t, s, code)
 	}
 }
+
+// A ticket poll whose first copy was held up: its retry answers "queued", the
+// wait ends ungranted and the client is told so. The lock is then handed to
+// the ticket, unclaimed (kept for the ticket ttl for the client's next poll).
+// The first copy of the poll then reaches Redis before its deadline and claims
+// the grant, at its full ttl, for a poll whose answer went nowhere: should the
+// client not come back, the lock is held for the lease's ttl, not the claim
+// window.
+func TestReview5LateCopyOfAPollClaimsNothing(t *testing.T) {
+	s, h, srv := review5Store(t, "r5p")
+	ctx := context.Background()
+	a, err := s.Acquire(ctx, AcquireRequest{Name: "x", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Acquire(ctx, AcquireRequest{Name: "x", TTL: time.Hour, Fair: true})
+	if err != nil || res.Ticket == nil {
+		t.Fatalf("fair acquire: %+v %v", res, err)
+	}
+	h.arm(s.poll.Hash())
+	p, err := s.Poll(ctx, Ref{Name: "x", ID: res.Ticket.ID}, 200*time.Millisecond)
+	if err != nil || p.Ticket == nil {
+		t.Fatalf("the retried poll: %+v %v, want still queued", p, err)
+	}
+	if _, err := s.Release(ctx, Ref{Name: "x", ID: a.Lease.ID}); err != nil {
+		t.Fatal(err)
+	}
+	settleUndos(t, s)
+	code := h.deliver(t, srv.Client(t))
+	settleUndos(t, s)
+	if ttl := srv.Client(t).PTTL(ctx, s.lockKey("x")).Val(); ttl > s.opt.TicketTTL {
+		t.Fatalf("the late first copy of the poll answered %q and the grant nobody received is kept %v (the ticket ttl is %v)",
+			code, ttl, s.opt.TicketTTL)
+	}
+	// The client's next poll still gets it.
+	if p, err := s.Poll(ctx, Ref{Name: "x", ID: res.Ticket.ID}, 0); err != nil || p.Lease == nil {
+		t.Fatalf("the next poll: %+v %v, want the lease", p, err)
+	}
+}
