@@ -129,6 +129,9 @@ func (ta *ticketAwait) end() (PollResult, error) {
 // finish ends the wait and hands its answer on.
 func (ta *ticketAwait) finish(res PollResult, err error) bool {
 	ta.ev.end()
+	if res.Lease == nil {
+		ta.s.pollEchoed(ta.t)
+	}
 	ta.s.disp.remove(ta.w, false)
 	ta.f(res, err)
 	return true

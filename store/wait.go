@@ -160,7 +160,7 @@ func (s *Store) waitFair(ctx context.Context, r AcquireRequest, ids requestIDs, 
 		return
 	}
 	t := ticketWait{name: r.Name, ticket: ids.ticket, th: ids.th, tlh: ids.tlh, own: ids.lh, by: r.By, keep: ids.ik != "", pid: ids.pid,
-		until: new(string)}
+		until: new(string), echo: new(bool)}
 	t.enqueue = func(ctx context.Context, poll time.Duration) (reply, error) {
 		args := s.acquireArgs(r, ids, ids.lh, "fair", poll)
 		*t.until = notAfterOf(args)
@@ -241,7 +241,7 @@ func (s *Store) PollFunc(ctx context.Context, ref Ref, wait time.Duration, f fun
 		answer(res, err)
 	}
 	t := ticketWait{name: ref.Name, ticket: ref.ID, th: hashID(ref.ID), tlh: hashID(ticketLease(ref.ID)), by: ref.By,
-		pid: newID()[:11], until: new(string)}
+		pid: newID()[:11], until: new(string), echo: new(bool)}
 	if wait <= 0 || s.shuttingDown() {
 		res, err := s.pollOnce(ctx, t, 0)
 		switch {
@@ -252,6 +252,9 @@ func (s *Store) PollFunc(ctx context.Context, ref Ref, wait time.Duration, f fun
 		case res.Lease != nil && ctx.Err() != nil:
 			s.undoTicket(t, false)
 			res, err = PollResult{}, clientGone("poll", ctx)
+		}
+		if res.Lease == nil {
+			s.pollEchoed(t)
 		}
 		f(res, err)
 		return
@@ -277,6 +280,7 @@ type ticketWait struct {
 	keep         bool    // an idempotent acquire: nothing to undo (its client retries)
 	pid          string  // names this wait's polls (keep_ticket, unpoll.lua)
 	until        *string // the "not after" of the wait's latest call, for its undo's tombstone
+	echo         *bool   // a poll of the wait was answered only by its retry (reply.echo)
 	// enqueue, for a fair acquire, makes the first check: it creates the ticket,
 	// or grants at once under the request's own lease.
 	enqueue func(context.Context, time.Duration) (reply, error)
@@ -296,12 +300,27 @@ func (s *Store) undoTicket(t ticketWait, uncertain bool) {
 	s.undo(undo{name: t.name, th: t.th, tlh: t.tlh, poll: true, pid: t.pid, by: t.by, tomb: uncertain, until: *t.until})
 }
 
+// pollEchoed ends a ticket wait that handed over no grant while one of its
+// polls was answered only by its retry: that poll's first copy may still reach
+// Redis and claim a grant made to the ticket since, for an answer that goes
+// nowhere. As for a poll undone, its tombstone stops that copy, and a grant it
+// claimed already is kept for the ticket's next poll (unpoll.lua).
+func (s *Store) pollEchoed(t ticketWait) {
+	if t.echo != nil && *t.echo {
+		*t.echo = false
+		s.undo(undo{name: t.name, th: t.th, tlh: t.tlh, poll: true, pid: t.pid, by: t.by, tomb: true, until: *t.until})
+	}
+}
+
 func (s *Store) pollOnce(ctx context.Context, t ticketWait, poll time.Duration) (PollResult, error) {
 	keys := append(s.keys(t.name), s.ticketKey(t.name, t.th))
 	*t.until = s.notAfter(keys[0])
 	rep, err := s.runCall(ctx, s.poll, "poll", keys, true, true, t.th, t.tlh, ms(poll), t.by, t.pid, *t.until)
 	if err != nil {
 		return PollResult{}, err
+	}
+	if rep.echo {
+		*t.echo = true
 	}
 	return ticketResult(t.name, t.ticket, rep)
 }
