@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
@@ -48,7 +49,9 @@ func (ta *ticketAwait) step(ev event) bool {
 		return ta.finish(ta.end())
 	}
 	_, g := s.disp.take(ta.w)
-	if g != nil && g.claimed && ta.enqueue == nil && s.opt.WaitReplicas == 0 {
+	if g != nil && g.claimed && (g.polls == nil || slices.Contains(g.polls, t.pid)) && ta.enqueue == nil && s.opt.WaitReplicas == 0 {
+		// Only a poll the grant names: the end of those polls alone may take the
+		// grant back (unpoll.lua), so another answers by polling, which names it.
 		// Handed over by the script that freed the lock, at its full ttl: answer
 		// straight from the message. Not with WaitReplicas: the message can
 		// arrive before that script's WAIT returns, so the poll below answers,
