@@ -24,6 +24,9 @@ type holdBack struct {
 	armed   bool
 	held    []any
 	noClock bool // TIME fails: the store has no estimate of the Redis clock
+	// lose: the armed call runs in Redis, and its reply is lost (after lostAfter)
+	lose      bool
+	lostAfter time.Duration
 }
 
 func (h *holdBack) arm(sha string) {
@@ -47,7 +50,12 @@ func (h *holdBack) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			(a[1] == h.sha || cmd.Name() == "eval") {
 			h.armed = false
 			h.held = append([]any(nil), a...)
+			lose, after := h.lose, h.lostAfter
 			h.mu.Unlock()
+			if lose {
+				_ = next(ctx, cmd)
+				time.Sleep(after)
+			}
 			cmd.SetErr(io.ErrUnexpectedEOF)
 			return io.ErrUnexpectedEOF
 		}
