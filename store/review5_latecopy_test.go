@@ -341,3 +341,33 @@ func TestReview5LateCopyOfAPollClaimsNothing(t *testing.T) {
 		t.Fatalf("the next poll: %+v %v, want the lease", p, err)
 	}
 }
+
+// DEFECT (not fixed): the same as TestReview5LateCopyOfABusyAcquireGrantsNothing
+// with an Idempotency-Key. The retry answers busy (423: "created nothing, and
+// its retry is a fresh attempt"); the first copy, arriving late, grants under
+// the key's lease and writes the key's record. A client that does not try
+// again never learns of that hold, which lasts its whole ttl. Undoing it as
+// for a request without a key (reply.echo) would need a tombstone scoped to
+// that request (its nonce), so as not to refuse the client's fresh retry with
+// the same key, and an abandon that ends the hold only when that request made
+// it (the record's nonce), not a concurrent duplicate's.
+func TestReview5LateCopyOfABusyIdempotentAcquireGrantsNothing(t *testing.T) {
+	s, h, srv := review5Store(t, "r5i")
+	ctx := context.Background()
+	a, err := s.Acquire(ctx, AcquireRequest{Name: "x", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.arm(s.acquire.Hash())
+	_, err = s.Acquire(ctx, AcquireRequest{Name: "x", TTL: time.Minute, IdemKey: "k1", BodyHash: "b"})
+	if !errors.Is(err, ErrLockHeld) {
+		t.Fatalf("the retried acquire: %v, want held", err)
+	}
+	if _, err := s.Release(ctx, Ref{Name: "x", ID: a.Lease.ID}); err != nil {
+		t.Fatal(err)
+	}
+	settleUndos(t, s)
+	code := h.deliver(t, srv.Client(t))
+	settleUndos(t, s)
+	noHoldNobodyKnows(t, s, code)
+}
