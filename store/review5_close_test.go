@@ -49,3 +49,37 @@ func TestReview5CloseDuringAFairWaitLeavesNoTicketNobodyKnows(t *testing.T) {
 	}
 	_ = a
 }
+
+// Close with waits of every kind parked returns promptly: every request track
+// counted ends (none holds Close for closeUndoWait).
+func TestReview5CloseWithParkedWaitsIsPrompt(t *testing.T) {
+	s, _, _ := review5Store(t, "r5cp")
+	ctx := context.Background()
+	if _, err := s.Acquire(ctx, AcquireRequest{Name: "x", TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	q, err := s.Acquire(ctx, AcquireRequest{Name: "x", TTL: time.Minute, Fair: true})
+	if err != nil || q.Ticket == nil {
+		t.Fatal(q, err)
+	}
+	done := make(chan struct{}, 4)
+	go func() { _, _ = s.Acquire(ctx, AcquireRequest{Name: "x", TTL: time.Minute, Wait: 30 * time.Second}); done <- struct{}{} }()
+	go func() {
+		_, _ = s.Acquire(ctx, AcquireRequest{Name: "x", TTL: time.Minute, Fair: true, Wait: 30 * time.Second})
+		done <- struct{}{}
+	}()
+	go func() { _, _ = s.Poll(ctx, Ref{Name: "x", ID: q.Ticket.ID}, 30*time.Second); done <- struct{}{} }()
+	for end := time.Now().Add(5 * time.Second); s.LocalWaiters("x") < 3; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("the waits never parked")
+		}
+	}
+	start := time.Now()
+	_ = s.Close()
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("Close took %v with three waits parked", d)
+	}
+	for range 3 {
+		<-done
+	}
+}
