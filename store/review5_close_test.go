@@ -63,7 +63,10 @@ func TestReview5CloseWithParkedWaitsIsPrompt(t *testing.T) {
 		t.Fatal(q, err)
 	}
 	done := make(chan struct{}, 4)
-	go func() { _, _ = s.Acquire(ctx, AcquireRequest{Name: "x", TTL: time.Minute, Wait: 30 * time.Second}); done <- struct{}{} }()
+	go func() {
+		_, _ = s.Acquire(ctx, AcquireRequest{Name: "x", TTL: time.Minute, Wait: 30 * time.Second})
+		done <- struct{}{}
+	}()
 	go func() {
 		_, _ = s.Acquire(ctx, AcquireRequest{Name: "x", TTL: time.Minute, Fair: true, Wait: 30 * time.Second})
 		done <- struct{}{}
