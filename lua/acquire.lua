@@ -157,7 +157,7 @@ if mode == 'fair' then
 end
 -- Past its hold, its ticket and its ticket's grant, a copy of a request that
 -- was granted or queued (or undone, abandon.lua) finds its tombstone.
-if redis.call('EXISTS', lock .. ':x:' .. lh) == 1 then
+if entombed(lh, nonce) then
   return {'abandoned'}
 end
 

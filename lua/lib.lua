@@ -221,11 +221,21 @@ end
 -- tombstone makes the acquire of lease hash lh, should a copy of it still
 -- reach Redis, grant nothing until deadline (Redis ms, inclusive): past it that
 -- copy changes nothing by itself (expired). A longer tombstone stays as it is.
-local function tombstone(lh, deadline, now)
+-- v is '1' (any acquire under lh), or 'n:<nonce>': only that request's copies
+-- (an idempotent request's lease hash is its key's, which a fresh request with
+-- the same key shares).
+local function tombstone(lh, deadline, now, v)
   local k, ms = lock .. ':x:' .. lh, deadline - now + 1
   if ms > 0 and redis.call('PTTL', k) < ms then
-    redis.call('SET', k, '1', 'PX', ms)
+    redis.call('SET', k, v or '1', 'PX', ms)
   end
+end
+
+-- entombed reports whether a tombstone stops the acquire of lease hash lh
+-- made by the request nonce.
+local function entombed(lh, nonce)
+  local v = redis.call('GET', lock .. ':x:' .. lh)
+  return v ~= false and v ~= nil and (string.sub(v, 1, 2) ~= 'n:' or v == 'n:' .. nonce)
 end
 
 -- end_hold removes a hold entirely (whatever its count). A copy of the acquire

@@ -186,6 +186,9 @@ func made1(code string) bool {
 // request, the undo frees whatever that copy granted already, and its
 // tombstone stops the copy should it come later.
 func (s *Store) echoed(u undo) {
+	// An idempotent request too: its client, told it got nothing, may never
+	// try again; undone only as far as it made something itself (scoped).
+	u.scoped = u.keep && u.nonce != ""
 	u.tomb = true
 	u.until = "" // the undo's own: no earlier than any call the request made
 	s.undo(u)
