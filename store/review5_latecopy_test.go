@@ -371,3 +371,49 @@ func TestReview5LateCopyOfABusyIdempotentAcquireGrantsNothing(t *testing.T) {
 	settleUndos(t, s)
 	noHoldNobodyKnows(t, s, code)
 }
+
+// The scoped undo of an idempotent request (echoed) neither refuses a fresh
+// request with the same key nor ends what such a request made.
+func TestReview5ScopedUndoSparesTheKeysOtherRequests(t *testing.T) {
+	s, _, _ := review5Store(t, "r5s")
+	ctx := context.Background()
+	r := AcquireRequest{Name: "x", TTL: time.Minute, IdemKey: "k2", BodyHash: "b"}
+	first, err := s.requestIDs(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := first.undo("x")
+	u.tomb = true
+	u.scoped = true
+	if err := s.runUndo(ctx, u); err != nil { // before anything was made: its tombstone
+		t.Fatal(err)
+	}
+	res, err := s.Acquire(ctx, r) // a fresh request with the key
+	if err != nil || res.Lease == nil {
+		t.Fatalf("a fresh request with the key after another's scoped undo: %+v %v, want granted", res, err)
+	}
+	if err := s.runUndo(ctx, u); err != nil { // the first one's undo again, after the other's grant
+		t.Fatal(err)
+	}
+	if _, err := s.Lease(ctx, Ref{Name: "x", ID: res.Lease.ID}); err != nil {
+		t.Fatalf("the other request's hold after the first one's scoped undo: %v", err)
+	}
+	// The request's own copy is stopped.
+	args := s.acquireArgs(r, first, first.lh, "new", 0)
+	if _, err := s.Release(ctx, Ref{Name: "x", ID: res.Lease.ID}); err != nil {
+		t.Fatal(err)
+	}
+	_ = srvDelRecord(ctx, s, "x", first.ik)
+	rep, err := s.runCall(ctx, s.acquire, "acquire", first.keys(s, "x"), true, false, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.code != "abandoned" {
+		t.Fatalf("the undone request's own copy: %q, want abandoned", rep.code)
+	}
+}
+
+// srvDelRecord forgets an Idempotency-Key's record (as its grace ending does).
+func srvDelRecord(ctx context.Context, s *Store, name, ik string) error {
+	return s.rdb.Del(ctx, s.keys(name)[0]+":i:"+ik).Err()
+}
