@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -94,7 +95,7 @@ func (s *Store) acquire1(ctx context.Context, r AcquireRequest, ids requestIDs, 
 	}
 	if res, err, done := s.settled(ctx, r, ids, rep); done {
 		if rep.echo && !made1(rep.code) {
-			s.echoed(made)
+			s.echoed(made, err)
 		}
 		f(res, err)
 		return
@@ -105,7 +106,7 @@ func (s *Store) acquire1(ctx context.Context, r AcquireRequest, ids requestIDs, 
 		if r.Wait <= 0 || s.shuttingDown() {
 			s.count("held")
 			if rep.echo {
-				s.echoed(made)
+				s.echoed(made, held)
 			}
 			f(AcquireResult{}, held)
 			return
@@ -185,10 +186,18 @@ func made1(code string) bool {
 // lock, under a lease nobody will ever be told of. As for an abandoned
 // request, the undo frees whatever that copy granted already, and its
 // tombstone stops the copy should it come later.
-func (s *Store) echoed(u undo) {
-	// An idempotent request too: its client, told it got nothing, may never
-	// try again; undone only as far as it made something itself (scoped).
-	u.scoped = u.keep && u.nonce != ""
+func (s *Store) echoed(u undo, answer error) {
+	if u.keep {
+		// An idempotent request told it got nothing (423, 409 limit) may never
+		// try again: undone only as far as it made something itself (scoped).
+		// Told anything else (503, gone), its client recovers what it made by
+		// retrying with its key.
+		var limit *LimitError
+		if !errors.Is(answer, ErrLockHeld) && !errors.As(answer, &limit) {
+			return
+		}
+		u.scoped = u.nonce != ""
+	}
 	u.tomb = true
 	u.until = "" // the undo's own: no earlier than any call the request made
 	s.undo(u)

@@ -40,7 +40,7 @@ func (s *Store) waitLock(ctx context.Context, r AcquireRequest, ids requestIDs, 
 	if err := s.reserveWaiter(); err != nil {
 		s.count("too_many_waiters")
 		if echo {
-			s.echoed(ids.undo(r.Name))
+			s.echoed(ids.undo(r.Name), err)
 		}
 		f(AcquireResult{}, err)
 		return
@@ -113,7 +113,7 @@ func (lw *lockWait) step(ev event) bool {
 func (lw *lockWait) finish(res AcquireResult, err error) bool {
 	lw.ev.end()
 	if lw.echo && res.Lease == nil { // (an idempotent request is never undone: see requestIDs.undo)
-		lw.s.echoed(lw.ids.undo(lw.r.Name))
+		lw.s.echoed(lw.ids.undo(lw.r.Name), err)
 	}
 	lw.s.disp.remove(lw.w, lw.forward)
 	lw.s.releaseWaiter()
@@ -149,7 +149,7 @@ func (s *Store) waitFair(ctx context.Context, r AcquireRequest, ids requestIDs, 
 		answer := f
 		f = func(res AcquireResult, err error) {
 			if res.Lease == nil && res.Ticket == nil {
-				s.echoed(ids.undo(r.Name))
+				s.echoed(ids.undo(r.Name), err)
 			}
 			answer(res, err)
 		}
