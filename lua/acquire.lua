@@ -54,10 +54,11 @@ local nonce = ARGV[17] or ''
 
 -- copies_until is how long a copy of this call may still reach Redis and run
 -- (Redis ms): its "not after"; without one (the gateway has no estimate of
--- this Redis's clock), as long as the gateway's undo assumes (store/abandon.go,
--- tombstoneTTL), which a copy run later finds no tombstone against.
+-- this Redis's clock yet), as long as a deadline would have given it (the
+-- gateway's callBudget, store/clock.go: 10 s), though nothing then stops a
+-- copy later still.
 local function copies_until(t)
-  return tonumber(ARGV[15]) or (t + 30000)
+  return tonumber(ARGV[15]) or (t + 10000)
 end
 
 -- replayed is the code of an answer made from a record: 'replayed' unless the

@@ -22,9 +22,7 @@ func TestNothingStaysBehind(t *testing.T) {
 	s := newStore(t, store.Options{Prefix: prefix, FenceGuard: guard, TicketTTL: ticketTTL})
 	rdb := shared.Client(t)
 	ctx := context.Background()
-	// With its clock estimate, so that every call carries its deadline: without
-	// one, a grant's tombstone lasts the fallback (30 s), there being no
-	// deadline past which its late copy would change nothing.
+	// With its clock estimate, so that every call carries its deadline.
 	if err := s.Ready(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -57,3 +57,10 @@ func TestReview5LostReentryIsUndone(t *testing.T) {
 		t.Fatalf("the client's one release (its re-entry failed) left the hold with count %d, held by nobody until its ttl", rel.Count)
 	}
 }
+
+// acquire.lua's fallback tombstone life (no "not after") is callBudget.
+func TestReview5FallbackTombstoneIsCallBudget(t *testing.T) {
+	if callBudget != 10*time.Second {
+		t.Fatalf("callBudget is %v: change copies_until in lua/acquire.lua to match", callBudget)
+	}
+}
