@@ -69,7 +69,21 @@ func TestReviewFairHangUpLeavesTombstone(t *testing.T) {
 	pollUntil(t, 5*time.Second, "C's ticket undone", func() bool {
 		return testutil.ToFloat64(e.Metrics.Undos.WithLabelValues("cancelled")) >= 1
 	})
-	if left := e.leftKeys("tomb", e.lockKey("tomb")); !slices.Equal(names(slices.Clone(left)), before) {
+	// C's queued ticket left a tombstone too, until its call's deadline (at most
+	// 10 s: a late copy of C's acquire must neither grant under C's lease nor
+	// queue the ticket again): that one may stay, not one for 30 s.
+	left := e.leftKeys("tomb", e.lockKey("tomb"))
+	var others []string
+	for _, k := range left {
+		if strings.Contains(k, ":x:") && !slices.Contains(before, names([]string{k})[0]) {
+			_, life, _ := strings.Cut(k, "(pttl ")
+			if d, err := time.ParseDuration(strings.TrimSuffix(life, ")")); err == nil && d <= 10*time.Second {
+				continue
+			}
+		}
+		others = append(others, k)
+	}
+	if !slices.Equal(names(slices.Clone(others)), before) {
 		t.Errorf("after a queued fair waiter hung up and was undone, these keys remain: %v", left)
 	}
 }

@@ -14,13 +14,29 @@
 --       5 not after: the request's own deadline (Redis ms), or '': the tombstone
 --         lasts until then, after which the request's script, run late,
 --         changes nothing by itself
+--       6 (an idempotent request, whose hashes its key's other requests
+--         share) its nonce (acquire.lua ARGV 17), and 7 its record's key hash:
+--         the tombstone stops only this request's copies, and a hold or ticket
+--         ends only when this request made it (its record says so); '' otherwise
 -- Replies:
 --   {'abandoned', 'released'}   a hold ended (and the lock was handed on)
 --   {'abandoned', 'cancelled'}  a ticket left the queue, nothing was held
 --   {'abandoned', 'none'}       nothing of the request was there
 local now = now_ms()
 local lh, th, tlh, tomb = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
-if tomb > 0 then
+local nonce, ik = ARGV[6] or '', ARGV[7] or ''
+if nonce ~= '' then
+  local rec = redis.call('HMGET', record_key(ik), 'n', 'k')
+  if tomb > 0 then
+    tombstone(lh, tonumber(ARGV[5]) or (now + tomb), now, 'n:' .. nonce)
+  end
+  if rec[1] ~= nonce then -- this request made nothing (another with its key may have)
+    return {'abandoned', 'none'}
+  end
+  if rec[2] ~= 't' then
+    th = '' -- it made a hold: no ticket of its to drop
+  end
+elseif tomb > 0 then
   if ARGV[5] ~= '' then
     tombstone(lh, tonumber(ARGV[5]), now)
   else

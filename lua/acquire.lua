@@ -52,6 +52,15 @@ local ik, body, remaining = ARGV[12], ARGV[13], tonumber(ARGV[14])
 local th, tlh, tkey = ARGV[5], ARGV[6], KEYS[4]
 local nonce = ARGV[17] or ''
 
+-- copies_until is how long a copy of this call may still reach Redis and run
+-- (Redis ms): its "not after"; without one (the gateway has no estimate of
+-- this Redis's clock yet), as long as a deadline would have given it (the
+-- gateway's callBudget, store/clock.go: 10 s), though nothing then stops a
+-- copy later still.
+local function copies_until(t)
+  return tonumber(ARGV[15]) or (t + 10000)
+end
+
 -- replayed is the code of an answer made from a record: 'replayed' unless the
 -- record is this very request's (an attempt sent again).
 local function replay_code(rec_nonce, code, fresh)
@@ -137,14 +146,20 @@ local kind, key = find_hold(lh)
 if kind then
   return hold_reply('granted', now, kind, key)
 end
-if redis.call('EXISTS', lock .. ':x:' .. lh) == 1 then
-  return {'abandoned'}
-end
 if mode == 'fair' then
   kind, key = find_hold(tlh)
   if kind then
     return hold_reply('ticket_granted', now, kind, key)
   end
+  if redis.call('EXISTS', tkey) == 1 then -- its ticket, still queued: a retry is answered it
+    keep_ticket(tkey, now, tonumber(ARGV[8]), ARGV[16])
+    return queued_reply(th, tkey, now)
+  end
+end
+-- Past its hold, its ticket and its ticket's grant, a copy of a request that
+-- was granted or queued (or undone, abandon.lua) finds its tombstone.
+if entombed(lh, nonce) then
+  return {'abandoned'}
 end
 
 -- record notes, for an Idempotency-Key, what the request made (a hold or a
@@ -164,13 +179,13 @@ if ok and not head_ticket() then
   record('h', lh, ttl)
   grant(shared, limit, lh, ttl, owner, by, now, next_fence(now, ttl), ttl, '', ik)
   local hkey = (shared and (sprefix .. lh)) or lock
-  if ARGV[15] ~= '' and ik == '' then
+  if ik == '' then
     -- A copy of this call still on its way (a retry answered first, the first
     -- attempt held up in the network) must not grant the hold again once it
     -- has ended, released or run out: until this call's deadline, past which
     -- such a copy changes nothing by itself, it finds this hold (above) or this
     -- tombstone. With an Idempotency-Key, its record answers the copy instead.
-    tombstone(lh, tonumber(ARGV[15]), now)
+    tombstone(lh, copies_until(now), now)
   end
   if sd ~= '' then
     redis.call('HSET', hkey, 'sd', sd, 'ss', ARGV[18], 'sm', ARGV[19])
@@ -205,6 +220,13 @@ if mode == 'fair' then
     record('t', th, 0)
   end
   keep_ticket(tkey, now, tonumber(ARGV[8]), ARGV[16])
+  if ik == '' then
+    -- As a grant's (above): a copy of this call still on its way must not,
+    -- once the ticket has been granted and released (or has gone), grant the
+    -- lock under the request's own lease, nor queue the ticket again, both
+    -- unknown to anyone. Its client's retry finds the ticket (above) first.
+    tombstone(lh, copies_until(now), now)
+  end
   return queued_reply(th, tkey, now)
 end
 

@@ -28,8 +28,10 @@
 --   P:{N}:ev              pub/sub channel: 'r' (a hold ended and nobody is
 --                         queued), 'c' (the holds changed, nobody granted, the
 --                         queue waits) or
---                         'g:<ticket hash>:<fence>:<at>:<window ms>:<claimed 1|0>:<shared 1|0>:<limit>:<owner>'
---                         (granted to that ticket; claimed when its waiter was polling)
+--                         'g:<ticket hash>:<fence>:<at>:<window ms>:<claimed>:<shared 1|0>:<limit>:<owner>'
+--                         (granted to that ticket; claimed '1,<poll id>,...' when
+--                         polls were in flight, at the full ttl, for those polls;
+--                         '0' unclaimed)
 --
 -- A hold's fields, the same in the exclusive hash and a shared hold's hash: count,
 -- fence, owner, ttl (ms of the last grant or renewal), at (grant time, ms), tk
@@ -219,11 +221,21 @@ end
 -- tombstone makes the acquire of lease hash lh, should a copy of it still
 -- reach Redis, grant nothing until deadline (Redis ms, inclusive): past it that
 -- copy changes nothing by itself (expired). A longer tombstone stays as it is.
-local function tombstone(lh, deadline, now)
+-- v is '1' (any acquire under lh), or 'n:<nonce>': only that request's copies
+-- (an idempotent request's lease hash is its key's, which a fresh request with
+-- the same key shares).
+local function tombstone(lh, deadline, now, v)
   local k, ms = lock .. ':x:' .. lh, deadline - now + 1
   if ms > 0 and redis.call('PTTL', k) < ms then
-    redis.call('SET', k, '1', 'PX', ms)
+    redis.call('SET', k, v or '1', 'PX', ms)
   end
+end
+
+-- entombed reports whether a tombstone stops the acquire of lease hash lh
+-- made by the request nonce.
+local function entombed(lh, nonce)
+  local v = redis.call('GET', lock .. ':x:' .. lh)
+  return v ~= false and v ~= nil and (string.sub(v, 1, 2) ~= 'n:' or v == 'n:' .. nonce)
 end
 
 -- end_hold removes a hold entirely (whatever its count). A copy of the acquire
@@ -317,6 +329,18 @@ local function fit_fence(now)
   end
 end
 
+-- live_polls names a ticket's polls in flight (their q: deadline not passed),
+-- space-separated.
+local function live_polls(tkey, now)
+  local f, out = redis.call('HGETALL', tkey), {}
+  for i = 1, #f, 2 do
+    if string.sub(f[i], 1, 2) == 'q:' and tonumber(f[i + 1]) >= now then
+      out[#out + 1] = string.sub(f[i], 3)
+    end
+  end
+  return table.concat(out, ' ')
+end
+
 -- handoff grants the lock to the head live ticket while it fits (an exclusive one
 -- when no holds are left; a run of shared ones while there is a free slot), waking
 -- exactly each granted ticket's waiter. A ticket whose owner is polling gets its
@@ -346,7 +370,14 @@ local function handoff(now, announce)
     elseif fits(shared, limit) then
       local window, tk, claimed, pc = math.min(tonumber(t[4]), ttl), th, '0', ''
       if (tonumber(t[5]) or 0) >= now then
-        window, tk, claimed, pc = ttl, '', '1', t[11] or ''
+        -- Every poll in flight may answer from the message, not only the
+        -- latest (pp): each is named in pc, and in the message, whose waiters
+        -- answer from it only when named there (store/ticketwait.go).
+        pc = live_polls(tkey, now)
+        window, tk, claimed = ttl, '', '1'
+        if pc ~= '' then
+          claimed = '1,' .. string.gsub(pc, ' ', ',')
+        end
       end
       -- The fence key lives for the grant's window: the full lease when claimed
       -- at once; else the claim window, and a claim (set_deadline) keeps it

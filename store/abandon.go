@@ -39,7 +39,12 @@ type undo struct {
 	until   string // the "not after" (clock.go) of the request's latest call: its tombstone lasts until then
 	tomb    bool   // the request's script may still run: leave a tombstone
 	keep    bool   // an idempotent request: its client recovers it; nothing to undo
-	since   time.Time
+	// scoped: an idempotent request undone all the same (echoed): only what it
+	// made itself (its record's nonce) ends, and its tombstone stops only its
+	// own copies, not a fresh request with the same key
+	scoped    bool
+	nonce, ik string
+	since     time.Time
 }
 
 type cleaner struct {
@@ -65,7 +70,7 @@ func newCleaner() *cleaner {
 // u itself, for at most closeUndoWait: an undo left in a queue nobody reads
 // would leave its hold for its whole ttl, known to nobody.
 func (s *Store) undo(u undo) {
-	if u.keep {
+	if u.keep && !u.scoped {
 		return
 	}
 	u.since = time.Now()
@@ -190,7 +195,11 @@ func (s *Store) runUndo(ctx context.Context, u undo) error {
 		if u.tomb {
 			tomb = ms(tombstoneTTL)
 		}
-		v, err = s.abandon.Run(ctx, s.scr, keys, u.lh, u.th, u.tlh, tomb, u.until).Slice()
+		nonce, ik := "", ""
+		if u.scoped {
+			nonce, ik = u.nonce, u.ik
+		}
+		v, err = s.abandon.Run(ctx, s.scr, keys, u.lh, u.th, u.tlh, tomb, u.until, nonce, ik).Slice()
 	}
 	if err != nil {
 		s.m.RedisErrors.Inc()

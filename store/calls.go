@@ -42,6 +42,13 @@ func (s *Store) runCall(ctx context.Context, sc *redis.Script, op string, keys [
 	for attempt := 0; ; attempt++ {
 		rep, err, raw := s.attempt(ctx, sc, op, keys, grant && s.opt.WaitReplicas > 0, args)
 		if raw == nil {
+			if err != nil && ran {
+				// The retry is answered with a failure ('expired', a reply it
+				// cannot read), but the first attempt may have run, in time:
+				// what it did is still to undo.
+				return reply{}, &callError{err: err, maybeRan: true}
+			}
+			rep.echo = ran
 			return rep, err
 		}
 		ran = ran || mayHaveRun(raw)

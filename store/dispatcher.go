@@ -60,7 +60,8 @@ type grantMsg struct {
 	fence   int64
 	at      time.Time
 	window  time.Duration
-	claimed bool // granted with the full ttl because the waiter was polling
+	claimed bool     // granted with the full ttl because the waiter was polling
+	polls   []string // the polls in flight it was granted for (their ids); nil: any (an older script)
 	shared  bool
 	limit   int
 	owner   string
@@ -869,12 +870,15 @@ func parseGrant(p string) (string, *grantMsg) {
 		fence:   fence,
 		at:      fromMillis(at),
 		window:  time.Duration(window) * time.Millisecond,
-		claimed: f[5] == "1",
+		claimed: f[5] != "0" && f[5] != "",
 		shared:  f[6] == "1",
 		owner:   f[8],
 	}
 	if g.shared {
 		g.limit = limit
+	}
+	if polls := strings.Split(f[5], ","); g.claimed && len(polls) > 1 {
+		g.polls = polls[1:]
 	}
 	return f[1], g
 }

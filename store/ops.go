@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -93,6 +94,9 @@ func (s *Store) acquire1(ctx context.Context, r AcquireRequest, ids requestIDs, 
 		return
 	}
 	if res, err, done := s.settled(ctx, r, ids, rep); done {
+		if rep.echo && !made1(rep.code) {
+			s.echoed(made, err)
+		}
 		f(res, err)
 		return
 	}
@@ -101,14 +105,17 @@ func (s *Store) acquire1(ctx context.Context, r AcquireRequest, ids requestIDs, 
 		held := rep.held()
 		if r.Wait <= 0 || s.shuttingDown() {
 			s.count("held")
+			if rep.echo {
+				s.echoed(made, held)
+			}
 			f(AcquireResult{}, held)
 			return
 		}
 		if r.Fair {
-			s.waitFair(ctx, r, ids, f)
+			s.waitFair(ctx, r, ids, rep.echo, f)
 			return
 		}
-		s.waitLock(ctx, r, ids, held, f)
+		s.waitLock(ctx, r, ids, held, rep.echo, f)
 	default:
 		f(AcquireResult{}, unexpected("acquire", rep))
 	}
@@ -160,6 +167,40 @@ func (s *Store) settled(ctx context.Context, r AcquireRequest, ids requestIDs, r
 		return AcquireResult{}, fmt.Errorf("acquire: abandoned before it ran: %w", ErrUnavailable), true
 	}
 	return AcquireResult{}, nil, false
+}
+
+// made1 reports an acquire reply that made (or found) something for its client:
+// whatever a copy of its call does later, that copy finds it (or, once it has
+// ended, its tombstone), and settled undoes it when its client has gone.
+func made1(code string) bool {
+	switch code {
+	case "granted", "queued", "ticket_granted", "replayed", "replayed_ticket", "replayed_queued":
+		return true
+	}
+	return false
+}
+
+// echoed undoes a request that ends with nothing made for its client (busy,
+// refused, a wait that ran out) while a call of it was answered only by a
+// retry (reply.echo): its first attempt may still reach Redis and grant the
+// lock, under a lease nobody will ever be told of. As for an abandoned
+// request, the undo frees whatever that copy granted already, and its
+// tombstone stops the copy should it come later.
+func (s *Store) echoed(u undo, answer error) {
+	if u.keep {
+		// An idempotent request told it got nothing (423, 409 limit) may never
+		// try again: undone only as far as it made something itself (scoped).
+		// Told anything else (503, gone), its client recovers what it made by
+		// retrying with its key.
+		var limit *LimitError
+		if !errors.Is(answer, ErrLockHeld) && !errors.As(answer, &limit) {
+			return
+		}
+		u.scoped = u.nonce != ""
+	}
+	u.tomb = true
+	u.until = "" // the undo's own: no earlier than any call the request made
+	s.undo(u)
 }
 
 // notAfterOf is the "not after" (ARGV 15) of acquire.lua's args.

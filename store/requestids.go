@@ -76,7 +76,7 @@ func (ids requestIDs) keys(s *Store, name string) []string {
 // undo is what undoing this request touches. An idempotent request is never
 // undone: its client recovers what it made by retrying with its key.
 func (ids requestIDs) undo(name string) undo {
-	return undo{name: name, lh: ids.lh, th: ids.th, tlh: ids.tlh, keep: ids.ik != ""}
+	return undo{name: name, lh: ids.lh, th: ids.th, tlh: ids.tlh, keep: ids.ik != "", nonce: ids.nonce, ik: ids.ik}
 }
 
 // subID is an id derived from base for one use.

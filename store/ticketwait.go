@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
@@ -48,7 +49,9 @@ func (ta *ticketAwait) step(ev event) bool {
 		return ta.finish(ta.end())
 	}
 	_, g := s.disp.take(ta.w)
-	if g != nil && g.claimed && ta.enqueue == nil && s.opt.WaitReplicas == 0 {
+	if g != nil && g.claimed && (g.polls == nil || slices.Contains(g.polls, t.pid)) && ta.enqueue == nil && s.opt.WaitReplicas == 0 {
+		// Only a poll the grant names: the end of those polls alone may take the
+		// grant back (unpoll.lua), so another answers by polling, which names it.
 		// Handed over by the script that freed the lock, at its full ttl: answer
 		// straight from the message. Not with WaitReplicas: the message can
 		// arrive before that script's WAIT returns, so the poll below answers,
@@ -103,6 +106,12 @@ func (ta *ticketAwait) settle(res PollResult, err error) (PollResult, error) {
 	case err != nil:
 		if uncertain(err) {
 			ta.s.undoTicket(ta.t, true)
+		} else if ta.t.own != "" && ta.enqueue == nil {
+			// A fair acquire answered an error after its first check queued a
+			// ticket (a look refused once the store closed, an error reply): its
+			// client never learns the ticket, which must not wait for a grant
+			// nobody claims.
+			ta.s.undoTicket(ta.t, false)
 		}
 		return res, err
 	case ta.ctx.Err() != nil:
@@ -123,6 +132,9 @@ func (ta *ticketAwait) end() (PollResult, error) {
 // finish ends the wait and hands its answer on.
 func (ta *ticketAwait) finish(res PollResult, err error) bool {
 	ta.ev.end()
+	if res.Lease == nil {
+		ta.s.pollEchoed(ta.t)
+	}
 	ta.s.disp.remove(ta.w, false)
 	ta.f(res, err)
 	return true

@@ -30,18 +30,22 @@ type lockWait struct {
 	f       func(AcquireResult, error)
 	last    bool // the wait is over: one last look, so the answer is today's
 	forward bool // a release it was given must go to the next waiter when it leaves
+	echo    bool // a call of it was answered only by its retry (reply.echo), and nothing undoes it yet
 }
 
 // waitLock is a non-fair wait: it tries again when a release is announced, when the
 // holder's lease should have run out, and when the pub/sub connection comes back.
 // It answers a *HeldError with the latest holder when the wait ends ungranted.
-func (s *Store) waitLock(ctx context.Context, r AcquireRequest, ids requestIDs, held *HeldError, f func(AcquireResult, error)) {
+func (s *Store) waitLock(ctx context.Context, r AcquireRequest, ids requestIDs, held *HeldError, echo bool, f func(AcquireResult, error)) {
 	if err := s.reserveWaiter(); err != nil {
 		s.count("too_many_waiters")
+		if echo {
+			s.echoed(ids.undo(r.Name), err)
+		}
 		f(AcquireResult{}, err)
 		return
 	}
-	lw := &lockWait{s: s, ctx: ctx, r: r, ids: ids, held: held, f: f, ev: newEventWait()}
+	lw := &lockWait{s: s, ctx: ctx, r: r, ids: ids, held: held, f: f, ev: newEventWait(), echo: echo}
 	lw.w = s.disp.add(r.Name, s.channel(r.Name), kindAcquire, ids.lh, r.Shared, lw.ev.wake)
 	lw.ev.start(s, ctx, r.Wait, lw.step, func(err error) { lw.forward = true; lw.finish(AcquireResult{}, err) })
 }
@@ -68,9 +72,13 @@ func (lw *lockWait) step(ev event) bool {
 		u := ids.undo(r.Name)
 		u.until = notAfterOf(args)
 		s.failed(u, err)
+		if uncertain(err) {
+			lw.echo = false // undone, its tombstone until this call's deadline, the latest
+		}
 		return lw.finish(AcquireResult{}, err)
 	}
 	lw.forward = false
+	lw.echo = lw.echo || rep.echo
 	switch rep.code {
 	case "busy":
 		lw.held = rep.held()
@@ -87,6 +95,7 @@ func (lw *lockWait) step(ev event) bool {
 		lw.forward = l.Shared
 		if lw.ctx.Err() != nil {
 			lw.forward = true
+			lw.echo = false // undone with its tombstone, which lasts until the latest call's deadline
 			s.dropGrant(ids.undo(r.Name))
 			return lw.finish(AcquireResult{}, clientGone("acquire", lw.ctx))
 		}
@@ -103,6 +112,9 @@ func (lw *lockWait) step(ev event) bool {
 // finish ends the wait and hands its answer on.
 func (lw *lockWait) finish(res AcquireResult, err error) bool {
 	lw.ev.end()
+	if lw.echo && res.Lease == nil { // (an idempotent request is never undone: see requestIDs.undo)
+		lw.s.echoed(lw.ids.undo(lw.r.Name), err)
+	}
 	lw.s.disp.remove(lw.w, lw.forward)
 	lw.s.releaseWaiter()
 	lw.f(res, err)
@@ -129,14 +141,26 @@ func (s *Store) dropGrant(u undo) {
 
 // waitFair is a fair acquire with a wait: the first check (after the subscription)
 // queues a ticket unless the lock is free; then it waits for that ticket's grant.
-func (s *Store) waitFair(ctx context.Context, r AcquireRequest, ids requestIDs, f func(AcquireResult, error)) {
+func (s *Store) waitFair(ctx context.Context, r AcquireRequest, ids requestIDs, echo bool, f func(AcquireResult, error)) {
+	if echo {
+		// The first try (mode 'new') was answered only by its retry: should no
+		// ticket or grant come of this wait (whose own tombstone stops that
+		// try's copy), the request is undone with a tombstone of its own.
+		answer := f
+		f = func(res AcquireResult, err error) {
+			if res.Lease == nil && res.Ticket == nil {
+				s.echoed(ids.undo(r.Name), err)
+			}
+			answer(res, err)
+		}
+	}
 	if err := s.reserveWaiter(); err != nil {
 		s.count("too_many_waiters")
 		f(AcquireResult{}, err)
 		return
 	}
 	t := ticketWait{name: r.Name, ticket: ids.ticket, th: ids.th, tlh: ids.tlh, own: ids.lh, by: r.By, keep: ids.ik != "", pid: ids.pid,
-		until: new(string)}
+		until: new(string), echo: new(bool)}
 	t.enqueue = func(ctx context.Context, poll time.Duration) (reply, error) {
 		args := s.acquireArgs(r, ids, ids.lh, "fair", poll)
 		*t.until = notAfterOf(args)
@@ -217,7 +241,7 @@ func (s *Store) PollFunc(ctx context.Context, ref Ref, wait time.Duration, f fun
 		answer(res, err)
 	}
 	t := ticketWait{name: ref.Name, ticket: ref.ID, th: hashID(ref.ID), tlh: hashID(ticketLease(ref.ID)), by: ref.By,
-		pid: newID()[:11], until: new(string)}
+		pid: newID()[:11], until: new(string), echo: new(bool)}
 	if wait <= 0 || s.shuttingDown() {
 		res, err := s.pollOnce(ctx, t, 0)
 		switch {
@@ -228,6 +252,9 @@ func (s *Store) PollFunc(ctx context.Context, ref Ref, wait time.Duration, f fun
 		case res.Lease != nil && ctx.Err() != nil:
 			s.undoTicket(t, false)
 			res, err = PollResult{}, clientGone("poll", ctx)
+		}
+		if res.Lease == nil {
+			s.pollEchoed(t)
 		}
 		f(res, err)
 		return
@@ -253,6 +280,7 @@ type ticketWait struct {
 	keep         bool    // an idempotent acquire: nothing to undo (its client retries)
 	pid          string  // names this wait's polls (keep_ticket, unpoll.lua)
 	until        *string // the "not after" of the wait's latest call, for its undo's tombstone
+	echo         *bool   // a poll of the wait was answered only by its retry (reply.echo)
 	// enqueue, for a fair acquire, makes the first check: it creates the ticket,
 	// or grants at once under the request's own lease.
 	enqueue func(context.Context, time.Duration) (reply, error)
@@ -272,12 +300,27 @@ func (s *Store) undoTicket(t ticketWait, uncertain bool) {
 	s.undo(undo{name: t.name, th: t.th, tlh: t.tlh, poll: true, pid: t.pid, by: t.by, tomb: uncertain, until: *t.until})
 }
 
+// pollEchoed ends a ticket wait that handed over no grant while one of its
+// polls was answered only by its retry: that poll's first copy may still reach
+// Redis and claim a grant made to the ticket since, for an answer that goes
+// nowhere. As for a poll undone, its tombstone stops that copy, and a grant it
+// claimed already is kept for the ticket's next poll (unpoll.lua).
+func (s *Store) pollEchoed(t ticketWait) {
+	if t.echo != nil && *t.echo {
+		*t.echo = false
+		s.undo(undo{name: t.name, th: t.th, tlh: t.tlh, poll: true, pid: t.pid, by: t.by, tomb: true, until: *t.until})
+	}
+}
+
 func (s *Store) pollOnce(ctx context.Context, t ticketWait, poll time.Duration) (PollResult, error) {
 	keys := append(s.keys(t.name), s.ticketKey(t.name, t.th))
 	*t.until = s.notAfter(keys[0])
 	rep, err := s.runCall(ctx, s.poll, "poll", keys, true, true, t.th, t.tlh, ms(poll), t.by, t.pid, *t.until)
 	if err != nil {
 		return PollResult{}, err
+	}
+	if rep.echo {
+		*t.echo = true
 	}
 	return ticketResult(t.name, t.ticket, rep)
 }
