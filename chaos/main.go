@@ -156,6 +156,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	duration := fs.Duration("duration", 0, "workload time per scenario (default: the mode's)")
 	seed := fs.Uint64("seed", 0, "the workload's random seed (default: from the clock)")
 	keep := fs.Bool("keep", false, "keep the working directory (logs, histories) even when all is well")
+	keyed := fs.Float64("keyed", -1, "the share of acquires that carry an Idempotency-Key, 0 to 1 (default 0.4: the rest exercise the undo of requests without one)")
 	prebuilt := fs.String("bin", "", "run this Baton binary instead of building ./cmd/server (to try the checker on a broken server)")
 	if err := fs.Parse(args); err != nil {
 		return 2, err
@@ -170,6 +171,12 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	if *duration > 0 {
 		cfg.duration = *duration
 		cfg.tail = min(cfg.tail, *duration/4)
+	}
+	if *keyed >= 0 {
+		if *keyed > 1 {
+			return 2, fmt.Errorf("-keyed %v: a share, 0 to 1", *keyed)
+		}
+		cfg.keyed = *keyed
 	}
 	cfg.seed, cfg.keep = *seed, *keep
 	if cfg.seed == 0 {

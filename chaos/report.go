@@ -68,11 +68,12 @@ func watchLag(r row) string {
 }
 
 // idem is the acquires with an Idempotency-Key, how many were sent again after
-// a lost answer, the answers marked replayed, and the keys that made a second
+// a lost answer, how many keys with a lost answer a later try settled, the
+// answers marked replayed, and the keys that made a second
 // hold (violations), with those the contract allows (Redis lost the key).
 func idem(r row) string {
 	i := r.idem
-	s := fmt.Sprintf("%d keys, %d retried, %d replayed, %d wrong", i.Keys, i.Retried, i.Replays, len(i.Wrong))
+	s := fmt.Sprintf("%d keys, %d retried, %d of %d lost answers resolved, %d replayed, %d wrong", i.Keys, i.Retried, i.Resolved, i.Lost, i.Replays, len(i.Wrong))
 	if i.Excused > 0 {
 		s += fmt.Sprintf(" (%d second holds after data loss)", i.Excused)
 	}

@@ -10,8 +10,12 @@ import (
 type IdemResult struct {
 	Keys    int // acquires that carried an Idempotency-Key
 	Retried int // of them, sent again after a try whose answer was lost
-	Replays int // tries answered with Idempotent-Replayed
-	Used    int // tries answered 409 idempotency-key-used
+	// Lost are the keys one of whose tries got no answer (an unknown
+	// outcome), and Resolved those of them whose last try got one: what
+	// retrying with the key settled.
+	Lost, Resolved int
+	Replays        int // tries answered with Idempotent-Replayed
+	Used           int // tries answered 409 idempotency-key-used
 	// Excused are second holds of one key that the contract allows: Redis lost
 	// the key's record (a Loss), or the first hold had ended more than the
 	// grace before.
@@ -54,6 +58,7 @@ func Idempotency(ops []Op, samples []Sample, grace time.Duration) IdemResult {
 		owner, lock string
 		lost        bool // a try's answer was lost
 		retried     bool
+		settled     bool        // its latest try got an answer
 		holds       map[lf]bool // by lease and fence
 	}
 	keys := map[string]*tries{}
@@ -76,6 +81,7 @@ func Idempotency(ops []Op, samples []Sample, grace time.Duration) IdemResult {
 		if o.Outcome == Unknown {
 			k.lost = true
 		}
+		k.settled = o.Outcome != Unknown
 		if o.Replayed {
 			res.Replays++
 		}
@@ -92,8 +98,15 @@ func Idempotency(ops []Op, samples []Sample, grace time.Duration) IdemResult {
 	}
 	res.Keys = len(keys)
 	for _, key := range order {
-		if keys[key].retried {
+		k := keys[key]
+		if k.retried {
 			res.Retried++
+		}
+		if k.lost {
+			res.Lost++
+			if k.settled {
+				res.Resolved++
+			}
 		}
 	}
 

@@ -89,6 +89,22 @@ func TestIdempotency(t *testing.T) {
 	}
 }
 
+// A key whose answer was lost counts as resolved once a later try of it got an
+// answer, whatever it was; one whose last try got none does not.
+func TestIdempotencyLostAnswersResolved(t *testing.T) {
+	ops := []Op{
+		keyed(lost(1, 0, 50), "k", "c1.1", 1, 0),
+		keyed(replayed(granted(grant(1, "A", 10, 100, 105, 1000), 20)), "k", "c1.1", 2, 0),
+		keyed(lost(2, 0, 50), "m", "c2.1", 1, 0),
+		keyed(lost(2, 60, 90), "m", "c2.1", 2, 0),
+		keyed(granted(grant(3, "C", 11, 2000, 2005, 100), 2002), "n", "c3.1", 1, 0),
+	}
+	r := Idempotency(ops, nil, time.Second)
+	if r.Lost != 2 || r.Resolved != 1 {
+		t.Fatalf("lost %d, resolved %d; want 2 lost (k, m), 1 resolved (k)", r.Lost, r.Resolved)
+	}
+}
+
 // A retry's grant may have been made by its first try: the model places it
 // anywhere since, here before a shared grant another client got meanwhile.
 func TestCheckRetriedGrant(t *testing.T) {
