@@ -124,8 +124,8 @@ const idemGrace = 10 * time.Second
 
 func fullConfig() config {
 	c := quickConfig()
-	// 14 scenarios of 70s, each with its start, checks and waits for keys to
-	// expire (about 10s more), stay under twenty minutes.
+	// 18 scenarios of 70s, each with its start, checks and waits for keys to
+	// expire (about 12s more): about 25 minutes.
 	c.clients, c.locks, c.duration, c.tail, c.maxOps = 48, 8, 70*time.Second, 4*time.Second, 100000
 	c.watchers = 8
 	c.pubsubEvery, c.redisEvery, c.batonEvery = 1500*time.Millisecond, 7*time.Second, 7*time.Second
@@ -150,7 +150,7 @@ func main() {
 
 func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
-	full := fs.Bool("full", false, "the full run (<= 20 min) instead of the quick one (<= 8 min)")
+	full := fs.Bool("full", false, "the full run (about 25 min) instead of the quick one")
 	only := fs.String("only", "", "comma-separated scenarios to run; default all")
 	clients := fs.Int("clients", 0, "workload clients (default: the mode's)")
 	duration := fs.Duration("duration", 0, "workload time per scenario (default: the mode's)")
