@@ -244,7 +244,9 @@ func foreignRedisClients(ctx context.Context, addr string) (all, pubsub int, err
 }
 
 // settledRSS has the Baton at debugURL collect its garbage, then reads its RSS
-// each second until it falls by less than 0.5% in a second (at most 30 s).
+// each second while the runtime's background scavenger returns the freed pages
+// (at its own pace: seconds to tens of seconds for hundreds of MB), until it
+// has not fallen for 5 s, at most 60 s; it returns the lowest reading.
 func settledRSS(ctx context.Context, debugURL string, pid int) (int64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, debugURL+"/debug/pprof/heap?gc=1", nil)
 	if err != nil {
@@ -259,20 +261,22 @@ func settledRSS(ctx context.Context, debugURL string, pid int) (int64, error) {
 	if resp.StatusCode != http.StatusOK {
 		return 0, fmt.Errorf("heap profile: %s", resp.Status)
 	}
-	last, err := rssBytes(pid)
+	low, err := rssBytes(pid)
 	if err != nil {
 		return 0, err
 	}
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+	still := 0
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && still < 5; {
 		time.Sleep(time.Second) // the runtime returns pages over time; nothing to wait on
 		now, err := rssBytes(pid)
 		if err != nil {
 			return 0, err
 		}
-		if float64(last-now) < 0.005*float64(last) {
-			return now, nil
+		if now < low {
+			low, still = now, 0
+		} else {
+			still++
 		}
-		last = now
 	}
-	return last, nil
+	return low, nil
 }
