@@ -59,7 +59,7 @@ func listRequest(r *http.Request) (store.ListRequest, error) {
 	}
 	q := r.URL.Query()
 	lr := store.ListRequest{Prefix: q.Get("prefix"), Limit: defaultListLimit, Cursor: q.Get("cursor")}
-	if len(lr.Prefix) > 200 || !nameChars(lr.Prefix) {
+	if len(lr.Prefix) > 200 || !store.NameChars(lr.Prefix) {
 		return lr, invalid("prefix", "must be the start of a lock name: at most 200 of A-Z, a-z, 0-9, '.', '_', ':', '-'")
 	}
 	n, err := queryInt(r, "limit")
@@ -76,15 +76,4 @@ func listRequest(r *http.Request) (store.ListRequest, error) {
 		return lr, invalid("cursor", "must not be empty: leave it out to start")
 	}
 	return lr, nil
-}
-
-// nameChars reports whether s holds only characters lock names may have.
-func nameChars(s string) bool {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
-			return false
-		}
-	}
-	return true
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+
+	"github.com/batonhq/baton/store"
 )
 
 // Limits are the configured bounds on request values.
@@ -46,14 +48,8 @@ func lockName(r *http.Request) (string, error) {
 			return "", errInvalidName
 		}
 	}
-	if len(name) == 0 || len(name) > 200 || name == "." || name == ".." {
+	if len(name) == 0 || len(name) > 200 || name == "." || name == ".." || !store.NameChars(name) {
 		return "", errInvalidName
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
-			return "", errInvalidName
-		}
 	}
 	return name, nil
 }

@@ -161,15 +161,19 @@ func parseListCursor(s string, nodes []scanNode) (listCursor, error) {
 	return c, nil
 }
 
-// lockNameChars reports whether name could be a lock name: 1 to 200 of
-// A-Z, a-z, 0-9, '.', '_', ':', '-' (so never a '{' or '}' that would make
-// its keys someone else's).
+// lockNameChars reports whether name could be a lock name: 1 to 200 of the
+// characters NameChars allows (so never a '{' or '}' that would make its keys
+// someone else's).
 func lockNameChars(name string) bool {
-	if len(name) == 0 || len(name) > 200 {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
+	return len(name) > 0 && len(name) <= 200 && NameChars(name)
+}
+
+// NameChars reports whether s holds only the characters lock names may have:
+// A-Z, a-z, 0-9, '.', '_', ':' and '-'. The one definition of that set; the
+// HTTP layer adds the length and the dot-segments.
+func NameChars(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
 			return false
 		}
