@@ -40,14 +40,7 @@ func (s *Store) AcquireFunc(ctx context.Context, r AcquireRequest, f func(Acquir
 		f(AcquireResult{}, clientGone("acquire", ctx))
 		return
 	}
-	// Counted until its answer is known, and whatever it must undo queued
-	// (track): Close waits for that.
-	ended := s.track()
-	answer := f
-	f = func(res AcquireResult, err error) {
-		ended()
-		answer(res, err)
-	}
+	f = tracked(s, f)
 	ids, err := s.requestIDs(ctx, r)
 	if err != nil {
 		f(AcquireResult{}, err)
@@ -72,6 +65,17 @@ func (s *Store) AcquireFunc(ctx context.Context, r AcquireRequest, f func(Acquir
 		// a retry's (the same Idempotency-Key makes the same member).
 		f(res, err)
 	})
+}
+
+// tracked counts a request until its answer f is called (track: Close waits
+// for requests that may still queue an undo, and a request queues it before
+// it answers).
+func tracked[T any](s *Store, f func(T, error)) func(T, error) {
+	ended := s.track()
+	return func(res T, err error) {
+		ended()
+		f(res, err)
+	}
 }
 
 func (s *Store) acquire1(ctx context.Context, r AcquireRequest, ids requestIDs, f func(AcquireResult, error)) {

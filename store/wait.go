@@ -232,14 +232,7 @@ func (s *Store) PollFunc(ctx context.Context, ref Ref, wait time.Duration, f fun
 		f(PollResult{}, clientGone("poll", ctx))
 		return
 	}
-	// Counted until its answer is known, and whatever it must undo queued
-	// (track): Close waits for that.
-	ended := s.track()
-	answer := f
-	f = func(res PollResult, err error) {
-		ended()
-		answer(res, err)
-	}
+	f = tracked(s, f)
 	t := ticketWait{name: ref.Name, ticket: ref.ID, th: hashID(ref.ID), tlh: hashID(ticketLease(ref.ID)), by: ref.By,
 		pid: newID()[:11], until: new(string), echo: new(bool)}
 	if wait <= 0 || s.shuttingDown() {
