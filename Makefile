@@ -17,24 +17,18 @@ deps:
 
 # The tests start real redis-servers (and a redis-sentinel); the README
 # quickstart test runs curl; the PHP client's tests run PHPUnit on php with
-# ext-curl and Symfony Lock (neither has a command: clients/php/tools/need-php.sh);
+# ext-curl and Symfony Lock (neither has a command: need.sh checks them in php);
 # the dashboard's browser test (ui/) drives Debian's chromium headless; deploy/'s
 # tests run promtool (Debian's prometheus package) over the alert rules, their
 # unit tests and the Grafana dashboard's queries, and HAProxy (haproxy.cfg) in
 # front of three Batons restarted in turn.
 tools-test:
-	@scripts/need.sh redis-server redis-server
-	@scripts/need.sh redis-sentinel redis-sentinel
-	@scripts/need.sh redis-cli redis-tools
-	@scripts/need.sh curl curl
-	@scripts/need.sh pytest-3 python3-pytest
-	@scripts/need.sh php php-cli
-	@scripts/need.sh phpunit phpunit
-	@clients/php/tools/need-php.sh 'extension_loaded("curl")' php-curl
-	@clients/php/tools/need-php.sh 'is_file("/usr/share/php/Symfony/Component/Lock/LockFactory.php")' php-symfony-lock
-	@scripts/need.sh chromium chromium
-	@scripts/need.sh promtool prometheus
-	@scripts/need.sh haproxy haproxy
+	@scripts/need.sh -w "for make test (real Redis and Sentinel, curl, the Python and PHP clients' suites, the dashboard's browser test, the alert rules, HAProxy)" \
+		redis-server=redis-server redis-sentinel=redis-sentinel redis-cli=redis-tools curl=curl \
+		pytest-3=python3-pytest php=php-cli phpunit=phpunit \
+		'php:extension_loaded("curl")=php-curl' \
+		'php:is_file("/usr/share/php/Symfony/Component/Lock/LockFactory.php")=php-symfony-lock' \
+		chromium=chromium promtool=prometheus haproxy=haproxy
 
 test: deps tools-test lint
 	$(GO) test -race -count=1 -timeout 15m ./...
@@ -54,7 +48,7 @@ spec-lint:
 
 # The Prometheus alert rules of deploy/ (their unit tests run in make test).
 rules-lint:
-	@scripts/need.sh promtool prometheus
+	@scripts/need.sh -w "for the alert rules' check" promtool=prometheus
 	promtool check rules deploy/prometheus/baton-alerts.yml
 
 clean:
@@ -73,9 +67,7 @@ screenshots: deps tools-test
 .PHONY: bench bench-quick tools-bench
 
 tools-bench:
-	@scripts/need.sh etcd etcd-server
-	@scripts/need.sh redis-server redis-server
-	@scripts/need.sh redis-cli redis-tools
+	@scripts/need.sh -w "for the benchmark (its peers)" etcd=etcd-server redis-server=redis-server redis-cli=redis-tools
 
 bench: deps tools-bench
 	$(GO) run ./bench -full

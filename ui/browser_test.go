@@ -198,7 +198,7 @@ func newBrowser(t *testing.T) *browser {
 	t.Helper()
 	path, err := exec.LookPath("chromium")
 	if err != nil {
-		t.Fatalf("chromium is not installed (%v): the dashboard test needs Debian's chromium; make tools-test installs it (scripts/need.sh chromium chromium)", err)
+		t.Fatalf("chromium is not installed (%v): the dashboard test needs Debian's chromium; make tools-test installs it (scripts/need.sh chromium=chromium)", err)
 	}
 	var out bytes.Buffer
 	opts := []chromedp.ExecAllocatorOption{
