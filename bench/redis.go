@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,10 +35,10 @@ func newRedisClient(addr string) *redis.Client {
 // scriptLocker calls Baton's own acquire and release scripts directly, with the
 // store's key layout and arguments: what Baton does per request minus HTTP.
 type scriptLocker struct {
-	rdb      *redis.Client
-	prefix   string
-	ttlMs    int64 // lease of pair
-	acq, rel *redis.Script
+	rdb    *redis.Client
+	prefix string
+	ttlMs  int64 // lease of pair
+	lib    *lua.Library
 }
 
 // newScriptLocker has Baton's defaults: a 1 h fence guard, 30 s leases.
@@ -45,38 +46,49 @@ func newScriptLocker(rdb *redis.Client, prefix string) *scriptLocker {
 	return newScriptLockerWith(rdb, prefix, time.Hour, 30*time.Second)
 }
 
-// newScriptLockerWith composes the scripts with fence guard guard (what
+// newScriptLockerWith builds the scripts with fence guard guard (what
 // BATON_FENCE_GUARD sets in Baton); pair takes leases of ttl.
 func newScriptLockerWith(rdb *redis.Client, prefix string, guard, ttl time.Duration) *scriptLocker {
 	set := lua.Settings{FenceGuardMs: guard.Milliseconds(), IdempotencyGraceMs: benchLua.IdempotencyGraceMs}
-	return &scriptLocker{rdb: rdb, prefix: prefix, ttlMs: ttl.Milliseconds(),
-		acq: redis.NewScript(lua.Compose(lua.Acquire, set)), rel: redis.NewScript(lua.Compose(lua.Release, set))}
+	return &scriptLocker{rdb: rdb, prefix: prefix, ttlMs: ttl.Milliseconds(), lib: lua.Build(set)}
 }
 
-// args are acquire.lua's 16 ARGV as Baton's store sends them for a request of
+// args are acquire.lua's ARGV as Baton's store sends them for a request of
 // mode ('new' or 'fair') under lease hash lh, with no principal, owner,
-// idempotency key, session or deadline. A fair request names its ticket (th,
-// granted under tlh) and its wait: pollMs under poll id pid, so that the
-// ticket's grant counts as claimed by a waiter that is listening, as Baton's
-// long-poll does.
+// idempotency key or session, and a "not after" an hour away. A fair request
+// names its ticket (th, granted under tlh) and its wait: pollMs under poll id
+// pid, so that the ticket's grant is handed to a waiter that is listening, as
+// Baton's long-poll does.
 func (s *scriptLocker) args(lh string, ttlMs int64, mode, th, tlh string, shared bool, pollMs int64, pid string) []any {
-	sh := "0"
-	if shared {
-		sh = "1"
-	}
-	return []any{lh, ttlMs, "", mode, th, tlh, ticketTTLMs, pollMs, "", sh, "0", "", "", "", "", pid}
+	return lua.AcquireArgs{NotAfter: notAfter(), Mode: mode, Lease: lh, TTL: ttlMs, Shared: lua.Flag(shared),
+		Limit: "0", Maker: pollID(), Ticket: th, TicketLease: tlh, TicketTTL: ticketTTLMs, Poll: pollMs,
+		PollID: pid}.List()
 }
+
+func notAfter() string { return strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10) }
 
 // ticketTTLMs is Baton's default ticket ttl (BATON_TICKET_TTL).
 const ticketTTLMs = 10000
 
+// keys are a lock's script keys: its key, from which the script derives the rest.
 func (s *scriptLocker) keys(name string) []string {
-	lock := s.prefix + ":{" + name + "}"
-	return []string{lock, lock + ":fence", lock + ":q", lock}
+	return []string{s.prefix + ":{" + name + "}"}
+}
+
+// call runs the library's function op, loading the library first if need be.
+func (s *scriptLocker) call(ctx context.Context, op string, keys []string, args []any) ([]any, error) {
+	v, err := s.rdb.FCall(ctx, s.lib.Func[op], keys, args...).Slice()
+	if redis.HasErrorPrefix(err, "Function not found") {
+		if err := s.rdb.FunctionLoadReplace(ctx, s.lib.Code).Err(); err != nil {
+			return nil, err
+		}
+		v, err = s.rdb.FCall(ctx, s.lib.Func[op], keys, args...).Slice()
+	}
+	return v, err
 }
 
 // pair acquires and releases name, as Baton's store does for a free lock: a fresh
-// 128-bit lease id whose SHA-256 is what Redis keeps.
+// 128-bit lease id whose hash is what Redis keeps.
 func (s *scriptLocker) pair(ctx context.Context, name string) error {
 	return s.pairMode(ctx, name, false)
 }
@@ -93,7 +105,7 @@ func (s *scriptLocker) pairMode(ctx context.Context, name string, shared bool) e
 
 // acquire runs the acquire script and checks that it answered want.
 func (s *scriptLocker) acquire(ctx context.Context, keys []string, args []any, want string) error {
-	v, err := s.acq.Run(ctx, s.rdb, keys, args...).Slice()
+	v, err := s.call(ctx, "acquire", keys, args)
 	if err != nil {
 		return fmt.Errorf("acquire script: %w", err)
 	}
@@ -105,7 +117,7 @@ func (s *scriptLocker) acquire(ctx context.Context, keys []string, args []any, w
 
 // release releases one hold of lease hash lh on the lock of keys.
 func (s *scriptLocker) release(ctx context.Context, keys []string, lh string) error {
-	v, err := s.rel.Run(ctx, s.rdb, keys[:3], lh, "", "0").Slice()
+	v, err := s.call(ctx, "release", keys, lua.ReleaseArgs{NotAfter: notAfter(), Lease: lh}.List())
 	if err != nil {
 		return fmt.Errorf("release script: %w", err)
 	}
@@ -126,7 +138,7 @@ func leaseHash() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	sum := sha256.Sum256([]byte(base64.RawURLEncoding.EncodeToString(b[:])))
-	return hex.EncodeToString(sum[:])
+	return base64.RawURLEncoding.EncodeToString(sum[:16])
 }
 
 // redislockLocker is github.com/bsm/redislock in process, on the same Redis.
@@ -159,7 +171,7 @@ func scriptHandoff(rdb *redis.Client, s *scriptLocker) handoffRound {
 	return func(ctx context.Context, name string, n int, ch *chain) error {
 		keys := s.keys(name)
 		holder := leaseHash()
-		v, err := s.acq.Run(ctx, rdb, keys, s.args(holder, 60000, "new", "", "", false, 0, "")...).Slice()
+		v, err := s.call(ctx, "acquire", keys, s.args(holder, 60000, "new", "", "", false, 0, ""))
 		if err != nil {
 			return err
 		}
@@ -176,8 +188,7 @@ func scriptHandoff(rdb *redis.Client, s *scriptLocker) handoffRound {
 		for i := range n {
 			th := leaseHash()
 			leases[i] = leaseHash()
-			tkeys := []string{keys[0], keys[1], keys[2], keys[0] + ":t:" + th}
-			v, err := s.acq.Run(ctx, rdb, tkeys, s.args(leaseHash(), 60000, "fair", th, leases[i], false, 60000, pollID())...).Slice()
+			v, err := s.call(ctx, "acquire", keys, s.args(leaseHash(), 60000, "fair", th, leases[i], false, 60000, pollID()))
 			if err != nil {
 				return err
 			}
@@ -188,7 +199,7 @@ func scriptHandoff(rdb *redis.Client, s *scriptLocker) handoffRound {
 		}
 		release := func(lh string) error {
 			ch.releasing()
-			v, err := s.rel.Run(ctx, rdb, keys[:3], lh, "", "0").Slice()
+			v, err := s.call(ctx, "release", keys, lua.ReleaseArgs{NotAfter: notAfter(), Lease: lh}.List())
 			if err == nil && v[0] != "released" {
 				err = fmt.Errorf("release: %v", v[0])
 			}

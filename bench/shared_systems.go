@@ -242,8 +242,7 @@ func scriptSharedRound(rdb *redis.Client, s *scriptLocker) sharedRound {
 		for i := range n {
 			th := leaseHash()
 			leases[i] = leaseHash()
-			tkeys := []string{keys[0], keys[1], keys[2], keys[0] + ":t:" + th}
-			if err := s.acquire(ctx, tkeys, s.args(leaseHash(), 60000, "fair", th, leases[i], true, 60000, pollID()), "queued"); err != nil {
+			if err := s.acquire(ctx, keys, s.args(leaseHash(), 60000, "fair", th, leases[i], true, 60000, pollID()), "queued"); err != nil {
 				return 0, 0, fmt.Errorf("shared waiter %d of %q: %w", i, name, err)
 			}
 			waiting[th] = true

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -10,18 +11,17 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// checkKeys checks what the workload left in Redis (issue 16). Once the
-// workload has ended, every hold, ticket and queue must be gone within settle
-// (awaitNoLeaks): at that moment the locks have finished. Then each name's fence
-// key may outlive its last grant, hold and ticket by BATON_FENCE_GUARD and no
-// more, and nothing else of the name may be left at all but the tombstones of
-// abandoned or ended requests, until the deadline of the calls they stop, and
-// the records of the Idempotency-Keys that made holds or tickets there, for
-// BATON_IDEMPOTENCY_GRACE after what they made ended (README, Guarantees:
-// "Nothing stays behind"); so fenceGuard after the locks finished (plus
-// guardSlack for the runner's own reading) no key but a tombstone or a record
-// may be left, and the longer of tombstoneLife and the grace after, none.
-// Each key left is a violation, reported once, with its type and remaining ttl.
+// checkKeys checks what the workload left in Redis. Once the workload has
+// ended, every hold, ticket and queue must be gone within settle
+// (awaitNoLeaks): at that moment the locks have finished. Then each name's key
+// (which keeps its fence) may outlive its last grant, hold and ticket by
+// BATON_FENCE_GUARD and no more, and nothing else of the name may be left at
+// all but the records of the Idempotency-Keys that made holds or tickets
+// there, for BATON_IDEMPOTENCY_GRACE after what they made ended (README,
+// Guarantees: "Nothing stays behind"); so fenceGuard after the locks finished
+// (plus guardSlack for the runner's own reading) no key but a record may be
+// left, and the grace after, none. Each key left is a violation, reported
+// once, with its type and remaining ttl.
 func (r *trial) checkKeys(ctx context.Context, out *row) error {
 	leaks, err := awaitNoLeaks(ctx, r.top.rdb, r.cfg.settle)
 	if err != nil {
@@ -37,15 +37,14 @@ func (r *trial) checkKeys(ctx context.Context, out *row) error {
 		}
 	}
 	finished := time.Now()
-	lingers := func(k string) bool { return isTombstone(k) || isRecord(k) }
+	lingers := isRecord
 	left, err := awaitKeys(ctx, r.top.rdb, r.cfg.fenceGuard+guardSlack, lingers)
 	if err != nil {
 		return err
 	}
-	// A tombstone lasts until the deadline of the call it stops, at most
-	// tombstoneLife after the call was sent, so before the locks finished; a
-	// record, the grace after what its key made ended, before they finished too.
-	late, err := awaitKeys(ctx, r.top.rdb, max(max(tombstoneLife, r.cfg.idemGrace)-time.Since(finished), 0)+guardSlack,
+	// A record lives the grace after what its key made ended, before the
+	// locks finished.
+	late, err := awaitKeys(ctx, r.top.rdb, max(r.cfg.idemGrace-time.Since(finished), 0)+guardSlack,
 		func(k string) bool { return !lingers(k) })
 	if err != nil {
 		return err
@@ -62,7 +61,7 @@ func (r *trial) checkKeys(ctx context.Context, out *row) error {
 				k.kind(), after, r.cfg.fenceGuard, r.cfg.idemGrace, k))
 		}
 	}
-	for _, kind := range []string{"key", "fence key", "tombstone of an abandoned request", "idempotency record"} {
+	for _, kind := range []string{"key", "lock key", "idempotency record"} {
 		if n := shown[kind]; n > maxKeys {
 			out.details = append(out.details, fmt.Sprintf("(and %d more, %d in all, of the kind: %s)", n-maxKeys, n, kind))
 		}
@@ -70,15 +69,10 @@ func (r *trial) checkKeys(ctx context.Context, out *row) error {
 	return nil
 }
 
-// tombstoneLife is the longest a tombstone (P:{N}:x:...) lives: until the
-// "not after" of the call it stops, store.WorstCall (8s) and the clock
-// estimate's margin (2s) after the call was sent (store/clock.go, callBudget).
-const tombstoneLife = 10 * time.Second
-
 // maxKeys is how many keys left of each kind the details show.
 const maxKeys = 5
 
-// guardSlack is how much longer than the fence guard the last fence key may
+// guardSlack is how much longer than the fence guard the last lock key may
 // take to be seen gone: Redis expires a key at its deadline (a read of an expired
 // key finds nothing), so this is only the runner's own pace.
 const guardSlack = 500 * time.Millisecond
@@ -86,12 +80,13 @@ const guardSlack = 500 * time.Millisecond
 // awaitNoLeaks waits up to settle for Redis to hold no hold, ticket or queue of
 // Baton's: once the workload has ended, every lease, ticket and queue runs out
 // within the longest lease and poll plus two ticket ttls (a ticket's life, then
-// an unclaimed grant's window). Fence keys and the tombstones of abandoned
-// requests (P:{N}:x:<lease hash>, store/abandon.go) and the Idempotency-Keys'
-// records (P:{N}:i:<key hash>) are left to the guard check. It returns the
-// keys still there at the end.
+// an unclaimed grant's window). Locks' keys that record no live hold and the
+// Idempotency-Keys' records (P:{N}:i:<key hash>) are left to the guard check.
+// It returns the keys still there at the end.
 func awaitNoLeaks(ctx context.Context, rdb redis.UniversalClient, settle time.Duration) ([]key, error) {
-	return awaitKeys(ctx, rdb, settle, func(k string) bool { return isFence(k) || isTombstone(k) || isRecord(k) || isDeployment(k) })
+	return awaitKeys(ctx, rdb, settle, func(k string) bool {
+		return (isLock(k) && !holds(ctx, rdb, k)) || isRecord(k) || isDeployment(k)
+	})
 }
 
 // isDeployment reports the keys of the deployment rather than of a lock name:
@@ -100,9 +95,31 @@ func awaitNoLeaks(ctx context.Context, rdb redis.UniversalClient, settle time.Du
 // the idempotency secret").
 func isDeployment(k string) bool { return k == keyPrefix+":secret" || k == keyPrefix+":secret:fp" }
 
-func isFence(k string) bool { return strings.HasSuffix(k, ":fence") }
+// isLock reports a lock's own key (P:{N}), which keeps its fence for
+// BATON_FENCE_GUARD after its last grant.
+func isLock(k string) bool { return strings.HasSuffix(k, "}") }
 
-func isTombstone(k string) bool { return strings.Contains(k, "}:x:") }
+// holds reports whether the lock's key k records an exclusive hold whose
+// deadline has not passed (lua/lib.lua: 'f|w|qe|n|l|m|sx|x', x a hold record
+// whose second field is its deadline). Shared holds, queues and tickets have
+// keys of their own.
+func holds(ctx context.Context, rdb redis.UniversalClient, k string) bool {
+	v, err := rdb.Get(ctx, k).Result()
+	if err != nil {
+		return false
+	}
+	parts := strings.SplitN(v, "|", 8)
+	if len(parts) < 8 || parts[7] == "" {
+		return false
+	}
+	rec := strings.SplitN(parts[7], "\t", 3)
+	if len(rec) < 2 {
+		return true
+	}
+	d, _ := strconv.ParseInt(rec[1], 10, 64)
+	now, err := rdb.Time(ctx).Result()
+	return err != nil || d >= now.UnixMilli()
+}
 
 // isRecord reports an Idempotency-Key's record (lua/lib.lua: P:{N}:i:<key
 // hash>), which lives BATON_IDEMPOTENCY_GRACE after what its key made ended.
@@ -119,10 +136,8 @@ func (k key) String() string { return fmt.Sprintf("%s (%s, pttl %v)", k.name, k.
 // kind names what a key is, for the report.
 func (k key) kind() string {
 	switch {
-	case isFence(k.name):
-		return "fence key"
-	case isTombstone(k.name):
-		return "tombstone of an abandoned request"
+	case isLock(k.name):
+		return "lock key"
 	case isRecord(k.name):
 		return "idempotency record"
 	}

@@ -101,9 +101,9 @@ func TestHammerOneLock(t *testing.T) {
 			if grants != workers*rounds {
 				t.Errorf("grants %d, want %d", grants, workers*rounds)
 			}
-			ctx := context.Background()
-			if got, _ := envs[0].Redis.Get(ctx, envs[0].lockKey("hammer")+":fence").Int64(); got != last {
-				t.Errorf("fence key %d, want the last fence granted %d", got, last)
+			lv, _ := readLock(envs[0].Redis, envs[0].lockKey("hammer"))
+			if got, _ := strconv.ParseInt(lv.fence(), 10, 64); got != last {
+				t.Errorf("last fence %d, want the last fence granted %d", got, last)
 			}
 			st := envs[0].do(req{Method: "GET", Path: "/v1/locks/hammer"})
 			if st.Bool("held") || st.Int("waiters") != 0 {
@@ -180,7 +180,7 @@ func TestReleaseWakesOneWaiter(t *testing.T) {
 	}
 }
 
-// scriptCalls is how many EVALSHA and EVAL calls the env's Redis has run.
+// scriptCalls is how many script calls (FCALL, EVALSHA, EVAL) the env's Redis has run.
 func scriptCalls(t *testing.T, e *env) int {
 	t.Helper()
 	stats, err := e.Redis.InfoMap(context.Background(), "commandstats").Result()
@@ -188,7 +188,7 @@ func scriptCalls(t *testing.T, e *env) int {
 		t.Fatal(err)
 	}
 	total := 0
-	for _, cmd := range []string{"cmdstat_evalsha", "cmdstat_eval"} {
+	for _, cmd := range []string{"cmdstat_fcall", "cmdstat_evalsha", "cmdstat_eval"} {
 		// calls=N,usec=...
 		for _, kv := range strings.Split(stats["Commandstats"][cmd], ",") {
 			if v, ok := strings.CutPrefix(kv, "calls="); ok {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -152,7 +151,7 @@ func testInvariantsQueueHeadPruned(t *testing.T, cluster bool) {
 		keepUntilGone(t, e, first, second)
 		lock := e.Prefix + ":{handoff}"
 		deadline := time.Now().Add(10 * time.Second)
-		for e.Redis.Exists(ctx, lock).Val() == 1 { // the lease runs out; nothing hands it on yet
+		for liveHolds(e.Redis, lock) > 0 { // the lease runs out; nothing hands it on yet
 			if time.Now().After(deadline) {
 				t.Fatal("the lease did not run out")
 			}
@@ -252,9 +251,19 @@ type invRun struct {
 	violations map[string]int
 }
 
-func invHash(id string) string {
-	sum := sha256.Sum256([]byte(id))
-	return hex.EncodeToString(sum[:])
+func invHash(id string) string { return idHash(id) }
+
+// holdFields name a hold record's tab-separated fields (lua/lib.lua).
+var holdFields = []string{"lease", "deadline", "count", "fence", "ttl", "at", "by", "told", "tk", "pc", "mk", "ik",
+	"sd", "ss", "sm", "lim", "owner"}
+
+// holdRecord reads a hold record (lua/lib.lua) into its fields by name.
+func holdRecord(rec string) map[string]string {
+	out := map[string]string{}
+	for i, v := range strings.SplitN(rec, "\t", len(holdFields)) {
+		out[holdFields[i]] = v
+	}
+	return out
 }
 
 // invTicketLease is the lease id a ticket is granted under (DESIGN.md).
@@ -775,16 +784,15 @@ func (s invSnap) left(exp int64) int64 {
 var invLook = redis.NewScript(`
 local t = redis.call('TIME')
 local tk = {}
-for i = 4, #KEYS do tk[#tk + 1] = redis.call('PEXPIRETIME', KEYS[i]) end
-return {t[1], t[2], redis.call('HGETALL', KEYS[1]), redis.call('PEXPIRETIME', KEYS[1]),
-  redis.call('GET', KEYS[2]) or '', redis.call('ZRANGE', KEYS[3], 0, -1, 'WITHSCORES'),
-  redis.call('PEXPIRETIME', KEYS[3]), tk}
+for i = 3, #KEYS do tk[#tk + 1] = redis.call('PEXPIRETIME', KEYS[i]) end
+return {t[1], t[2], redis.call('GET', KEYS[1]) or '', redis.call('ZRANGE', KEYS[2], 0, -1, 'WITHSCORES'),
+  redis.call('PEXPIRETIME', KEYS[2]), tk}
 `)
 
 func (v *invRun) look(L *invLock) invSnap {
 	v.t.Helper()
 	lock := v.prefix + ":" + L.key()
-	keys := []string{lock, lock + ":fence", lock + ":q"}
+	keys := []string{lock, lock + ":q"}
 	for _, tk := range L.queue {
 		keys = append(keys, lock+":t:"+tk.th)
 	}
@@ -794,18 +802,21 @@ func (v *invRun) look(L *invLock) invSnap {
 	}
 	sec, _ := strconv.ParseInt(res[0].(string), 10, 64)
 	usec, _ := strconv.ParseInt(res[1].(string), 10, 64)
-	s := invSnap{now: sec*1000 + usec/1000, lock: map[string]string{}, lockExp: res[3].(int64),
-		fence: res[4].(string), qExp: res[6].(int64), tExp: map[string]int64{}}
-	h := res[2].([]any)
-	for i := 0; i+1 < len(h); i += 2 {
-		s.lock[h[i].(string)] = h[i+1].(string)
+	s := invSnap{now: sec*1000 + usec/1000, lock: map[string]string{}, lockExp: -2, qExp: res[4].(int64),
+		tExp: map[string]int64{}}
+	lv := parseLock(res[2].(string))
+	s.fence = lv.fence()
+	if lv.x != nil { // the exclusive hold, while its deadline has not passed
+		if d, _ := strconv.ParseInt(lv.x["deadline"], 10, 64); d >= s.now {
+			s.lock, s.lockExp = lv.x, d
+		}
 	}
-	q := res[5].([]any)
+	q := res[3].([]any)
 	for i := 0; i+1 < len(q); i += 2 {
 		score, _ := strconv.ParseFloat(q[i+1].(string), 64)
 		s.q = append(s.q, redis.Z{Member: q[i].(string), Score: score})
 	}
-	for i, p := range res[7].([]any) {
+	for i, p := range res[5].([]any) {
 		s.tExp[L.queue[i].th] = p.(int64)
 	}
 	return s
@@ -1029,8 +1040,8 @@ func (v *invRun) checkTickets(L *invLock, s invSnap, eff invEffects) {
 	}
 }
 
-// checkKeys lists every key of the lock: the lock, its fence, its queue and its
-// live tickets, nothing else.
+// checkKeys lists every key of the lock: the lock, its queue and its live
+// tickets, nothing else.
 func (v *invRun) checkKeys(L *invLock) {
 	lock := v.prefix + ":" + L.key()
 	keys, err := allKeys(context.Background(), v.rdb, lock+"*")
@@ -1042,8 +1053,7 @@ func (v *invRun) checkKeys(L *invLock) {
 		live[lock+":t:"+tk.th] = true
 	}
 	for _, k := range keys {
-		// A tombstone (":x:") lasts until the deadline of the call it stops.
-		if k != lock && k != lock+":fence" && k != lock+":q" && !live[k] && !strings.HasPrefix(k, lock+":x:") {
+		if k != lock && k != lock+":q" && !live[k] {
 			v.fail(L, "unexpected key %s", strings.TrimPrefix(k, lock))
 		}
 	}
@@ -1059,7 +1069,7 @@ func invKeep[T any](list []T, x T) []T {
 }
 
 // drain cancels every ticket and releases every lease, waits for what is left to
-// expire, and checks that only the fence keys remain.
+// expire, and checks that only the locks' keys, with only their fences, remain.
 func (v *invRun) drain() {
 	v.step = 0
 	for _, L := range v.locks {
@@ -1109,8 +1119,7 @@ func (v *invRun) drain() {
 		v.t.Fatal(err)
 	}
 	for _, k := range keys {
-		// A tombstone (":x:") lasts until the deadline of the call it stops.
-		if !strings.HasSuffix(k, ":fence") && !strings.Contains(k, "}:x:") {
+		if !fenceOnly(v.rdb, k) {
 			v.t.Errorf("after draining, Redis still holds %s (%s)", k, v.rdb.Type(context.Background(), k).Val())
 		}
 	}

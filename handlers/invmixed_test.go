@@ -306,14 +306,9 @@ var mixLook = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lock = KEYS[1]
-local sh = {}
-for _, m in ipairs(redis.call('ZRANGEBYSCORE', lock .. ':s', now, '+inf')) do
-  sh[#sh + 1] = m
-  sh[#sh + 1] = redis.call('HGETALL', lock .. ':s:' .. m)
-end
 local q, alive = redis.call('ZRANGE', lock .. ':q', 0, -1), {}
 for i, th in ipairs(q) do alive[i] = redis.call('EXISTS', lock .. ':t:' .. th) end
-return {tostring(now), redis.call('HGETALL', lock), sh, redis.call('GET', lock .. ':sl') or '', q, alive}
+return {tostring(now), redis.call('GET', lock) or '', redis.call('HGETALL', lock .. ':h'), q, alive}
 `)
 
 func hashOf(pairs []any) map[string]string {
@@ -330,16 +325,29 @@ func (m *mixRun) look(L *mixLock) mixSnap {
 	if err != nil {
 		m.t.Fatalf("look: %v", err)
 	}
-	s := mixSnap{exclusive: hashOf(res[1].([]any)), shared: map[string]map[string]string{}, limit: res[3].(string),
-		alive: map[string]bool{}}
+	s := mixSnap{exclusive: map[string]string{}, shared: map[string]map[string]string{}, alive: map[string]bool{}}
 	s.now, _ = strconv.ParseInt(res[0].(string), 10, 64)
-	sh := res[2].([]any)
-	for i := 0; i+1 < len(sh); i += 2 {
-		s.shared[sh[i].(string)] = hashOf(sh[i+1].([]any))
+	// The lock's holds (live while their deadline has not passed) and the
+	// shared holds' limit.
+	live := func(rec map[string]string) bool {
+		d, _ := strconv.ParseInt(rec["deadline"], 10, 64)
+		return d >= s.now
 	}
-	for i, th := range res[4].([]any) {
+	lv := parseLock(res[1].(string))
+	if lv.x != nil && live(lv.x) {
+		s.exclusive = lv.x
+	}
+	for _, v := range hashOf(res[2].([]any)) {
+		if rec := holdRecord(v); live(rec) {
+			s.shared[rec["lease"]] = rec
+		}
+	}
+	if len(s.shared) > 0 {
+		s.limit = lv.parts[4]
+	}
+	for i, th := range res[3].([]any) {
 		s.queue = append(s.queue, th.(string))
-		s.alive[th.(string)] = res[5].([]any)[i].(int64) == 1
+		s.alive[th.(string)] = res[4].([]any)[i].(int64) == 1
 	}
 	return s
 }
@@ -415,7 +423,7 @@ func (m *mixRun) check(L *mixLock) {
 	// The answer's grant is in Redis, of its mode.
 	if g := m.granted; g != nil {
 		f, ok := holds[invHash(g.id)]
-		if ok && (f["lease"] == "") != g.shared {
+		if ok && (f["lim"] != "") != g.shared {
 			m.fail(L, "granted shared=%v, Redis holds it in the other mode", g.shared)
 		}
 	}
@@ -442,7 +450,7 @@ func (m *mixRun) drain() {
 	for {
 		var left []string
 		for _, k := range m.envs[0].keys() {
-			if !strings.HasSuffix(k, ":fence") {
+			if !m.envs[0].fenceOnly(k) {
 				left = append(left, k)
 			}
 		}

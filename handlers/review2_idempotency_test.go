@@ -86,7 +86,7 @@ func TestReview2IdemSessionHoldLosesItsSession(t *testing.T) {
 		hangUp()
 		<-first
 		e.awaitWaiters(1)
-		members := e.Prefix + ":s:{" + sha256hex(s.Str("session")) + "}:h"
+		members := e.Prefix + ":s:{" + idHash(s.Str("session")) + "}:h"
 		pollUntil(t, 5*time.Second, "the hung-up attempt's member forgotten (the retry shares it)", func() bool {
 			return e.Redis.SCard(context.Background(), members).Val() == 0
 		})

@@ -2,8 +2,6 @@ package handlers_test
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"net/http"
 	"strconv"
 	"testing"
@@ -140,7 +138,7 @@ func TestReview2SessionMembersGrowWithRequests(t *testing.T) {
 		wantStatus(t, l, http.StatusCreated, "")
 		e.release(l)
 	}
-	members := e.Prefix + ":s:{" + sha256hex(sid) + "}:h"
+	members := e.Prefix + ":s:{" + idHash(sid) + "}:h"
 	if got := e.Redis.SCard(context.Background(), members).Val(); got > 10 {
 		t.Errorf("the session keeps %d members after %d holds were taken and released (0 live): %s grows with the requests", got, n, members)
 	}
@@ -164,8 +162,7 @@ func TestReview2SessionDeleteNotRetryable(t *testing.T) {
 		wantStatus(t, e.do(req{Method: "POST", Path: "/v1/locks/" + n, Body: map[string]any{"session": s.Str("session")}}), http.StatusCreated, "")
 	}
 
-	sum := sha1.Sum([]byte(lua.Compose(lua.SessionHolds, lua.Defaults)))
-	px.arm([]byte(hex.EncodeToString(sum[:])))
+	px.arm([]byte(lua.Build(lua.Defaults).Func["session_holds"]))
 	first := e.do(req{Method: "DELETE", Path: s.Str("url")})
 	wantStatus(t, first, http.StatusServiceUnavailable, "store-unavailable")
 	if px.heldCount() == 0 {

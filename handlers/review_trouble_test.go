@@ -3,8 +3,6 @@ package handlers_test
 import (
 	"bytes"
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"net"
 	"net/http"
 	"sync"
@@ -295,10 +293,9 @@ func TestReviewLatePollAfterItsUndo(t *testing.T) {
 	wantStatus(t, e.do(req{Method: "GET", Path: "/readyz"}), http.StatusOK, "") // scripts loaded: EVALSHA, no EVAL
 	h := e.acquire("late", map[string]any{"ttl_ms": 30000, "owner": "H"})
 	q := e.enqueue("late", map[string]any{"ttl_ms": 60000, "owner": "T"})
-	tkey := e.lockKey("late") + ":t:" + sha256hex(q.Str("ticket"))
+	tkey := e.lockKey("late") + ":t:" + idHash(q.Str("ticket"))
 
-	sum := sha1.Sum([]byte(lua.Compose(lua.Poll, lua.Defaults)))
-	px.arm([]byte(hex.EncodeToString(sum[:])))
+	px.arm([]byte(lua.Build(lua.Defaults).Func["poll"]))
 	r := e.do(req{Method: "GET", Path: q.Str("url") + "?wait_ms=20000"})
 	wantStatus(t, r, http.StatusServiceUnavailable, "store-unavailable")
 	if px.heldCount() == 0 {

@@ -191,7 +191,7 @@ func TestSecretsNotInRedis(t *testing.T) {
 		}
 		all := strings.Join(texts, "\n")
 		for _, id := range live {
-			if !strings.Contains(all, sha256hex(id)) {
+			if !strings.Contains(all, idHash(id)) {
 				t.Errorf("%s: Redis does not hold the SHA-256 of live id %s:\n%s", stage, id, all)
 			}
 		}

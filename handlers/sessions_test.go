@@ -111,7 +111,7 @@ func testSessionExpires(t *testing.T, cluster bool) {
 	for {
 		left := 0
 		for _, k := range e.keys() {
-			if len(k) < 6 || k[len(k)-6:] != ":fence" {
+			if !e.fenceOnly(k) {
 				left++
 			}
 		}

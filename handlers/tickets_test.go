@@ -2,7 +2,7 @@ package handlers_test
 
 import (
 	"crypto/sha256"
-	"encoding/hex"
+	"encoding/base64"
 	"net/http"
 	"strconv"
 	"testing"
@@ -283,7 +283,7 @@ func testUnpolledTicketExpires(t *testing.T, cluster bool) {
 	wantStatus(t, e.poll(tk.Str("url"), 0), http.StatusAccepted, "")
 	// Each poll would keep it alive, so watch Redis for the key to go.
 	deadline := time.Now().Add(5 * time.Second)
-	for e.Redis.Exists(t.Context(), e.Prefix+":{exp}:t:"+sha256hex(tk.Str("ticket"))).Val() == 1 {
+	for e.Redis.Exists(t.Context(), e.Prefix+":{exp}:t:"+idHash(tk.Str("ticket"))).Val() == 1 {
 		if time.Now().After(deadline) {
 			t.Fatal("ticket key never expired")
 		}
@@ -310,7 +310,8 @@ func testCancelUnclaimedGrantPassesOn(t *testing.T, cluster bool) {
 	wantStatus(t, l, http.StatusOK, "")
 }
 
-func sha256hex(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:])
+// idHash is what Redis keeps in place of a lease, ticket or session id.
+func idHash(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return base64.RawURLEncoding.EncodeToString(sum[:16])
 }

@@ -1,40 +1,50 @@
--- cancel.lua: leave the queue. A grant made to the ticket is given up too, and
--- passes on to the next live tickets at once, unless its lease was renewed or
--- re-entered since (which shows its owner has it).
+-- cancel.lua: leave the queue. A grant made to the ticket that nobody has
+-- shown to have reached its owner (waiting for its claim, or handed to polls
+-- whose answers may never have arrived) is given up too, and passes on at
+-- once; once renewed or re-entered, the lease is its owner's.
 --
--- KEYS: 1 lock, 2 fence, 3 queue (see lib.lua); 4 ticket key P:{N}:t:<ticket hash>
--- ARGV: 1 ticket hash
---       2 lease hash the ticket is granted under
---       3 by: the principal cancelling
+-- KEYS: 1 the lock (lib.lua)
+-- ARGV: 1 not after: Redis ms past which this call changes nothing
+--       2 ticket hash
+--       3 the lease hash the ticket is granted under
+--       4 by: the principal cancelling
 -- Replies:
 --   {'cancelled'}
---   {'gone'}       expired, already cancelled, its lease renewed, unknown, or another principal's
-local now = now_ms()
-local th, tlh, tkey, by = ARGV[1], ARGV[2], KEYS[4], ARGV[3]
-prune_shared(now)
-if redis.call('EXISTS', tkey) == 1 then
-  if redis.call('HGET', tkey, 'by') ~= by then
-    return {'gone'}
+--   {'gone'}        expired, already cancelled, its lease renewed, unknown, or another principal's
+--   {'expired'}     it ran after ARGV 1: nothing done
+
+local function cancel_ticket(L, now, ARGV)
+  local th, by, tkey = ARGV[2], ARGV[4], tprefix .. ARGV[2]
+  if redis.call('EXISTS', tkey) == 1 then
+    if redis.call('HGET', tkey, 'by') ~= by then
+      return {'gone'}
+    end
+    drop_ticket(L, th, tkey)
+    head_ticket(L)
+    if not L.x then
+      handoff(L, now, true) -- the queue moved: its new head, or a non-fair waiter, may fit
+    end
+    return {'cancelled'}
   end
-  drop_ticket(th, tkey)
-  settle(now)
-  if redis.call('EXISTS', lock) == 0 then
-    -- The queue moved: the new head, or (the queue empty) a non-fair waiter, may fit.
-    handoff(now, true)
+  redis.call('ZREM', queue, th)
+  local kind, h = find(L, ARGV[3], now)
+  if h and h.by == by and (h.tk == th or (h.told ~= '1' and h.pc ~= '')) then
+    end_hold(L, kind, h, now)
+    handoff(L, now, true)
+    return {'cancelled'}
   end
-  fit_fence(now)
-  return {'cancelled'}
+  return {'gone'}
 end
-redis.call('ZREM', queue, th)
-local kind, key = find_hold(tlh)
--- A grant nobody has shown to have reached the owner is given up: unclaimed
--- (tk), or handed to polls (pc) whose answers may never have arrived (a
--- gateway killed with the poll in flight). Once renewed or re-entered, the
--- lease is its owner's: 'gone'.
-if kind and redis.call('HGET', key, 'by') == by and
-    (redis.call('HGET', key, 'tk') == th or (redis.call('HGET', key, 'pc') or '') ~= '') then
-  end_hold(kind, key, tlh, now)
-  handoff(now, true)
-  return {'cancelled'}
+
+local function cancel(KEYS, ARGV)
+  local now = now_ms()
+  if expired(now, ARGV[1]) then
+    return {'expired'}
+  end
+  bind(KEYS[1])
+  local L = load(now)
+  prune(L, now)
+  local reply = cancel_ticket(L, now, ARGV)
+  flush(L, now)
+  return reply
 end
-return {'gone'}

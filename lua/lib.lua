@@ -1,63 +1,69 @@
--- lib.lua: helpers shared by every Baton script. The loader prepends this file to
--- each script, so the helpers run inside the same atomic call.
+-- lib.lua: the key layout and the helpers every lock script shares. The loader
+-- (lua.go) puts the settings on the lines before this file and each operation
+-- after it, as a function of (KEYS, ARGV): one Redis Functions library loaded
+-- once, or, where the server has no FUNCTION (the embedded store), one EVAL
+-- script per operation with this file ahead of it.
 --
--- KEYS, the same first three for every script (prefix P, lock name N):
---   KEYS[1]  P:{N}        the exclusive hold, while there is one: a hash of lease
---                         (SHA-256 of the lease id) and the hold's fields (below)
---   KEYS[2]  P:{N}:fence  the last fence issued
---   KEYS[3]  P:{N}:q      queue: ticket hash -> arrival sequence
--- Derived from KEYS[1], so they share its hash slot:
---   P:{N}:s               shared holds: lease hash -> deadline (Redis ms)
---   P:{N}:s:<lease hash>  one shared hold's fields; PEXPIRE = its deadline
---   P:{N}:sl              the shared holds' limit ('0': none), while there are any
---   P:{N}:t:<ticket hash> ticket hash: lh (lease hash it will be granted under),
---                         ttl, owner, tt (ticket ttl ms), p (poll deadline, ms),
---                         by, sh ('1' shared), lim, ik (its idempotency record),
---                         sd, ss, sm (its session's, as for holds), q:<poll id>
---                         (each poll's deadline), p and pp (the latest of them);
---                         its existence is its liveness
---   P:{N}:x:<lease hash>  tombstone of an abandoned request (abandon.lua) or of
---                         a granted one (acquire.lua, from its grant), kept until
---                         the deadline of the request's call, so that a copy of
---                         its acquire run late grants nothing
---   P:{N}:x:p:<poll id>   tombstone of a ticket poll undone (unpoll.lua), likewise
---   P:{N}:i:<key hash>    an Idempotency-Key's record (hash of the principal and
---                         the key): b (body hash), k ('h' a hold or 't' a ticket),
---                         h (its hash); lives while what it made lives, and
---                         IDEMPOTENCY_GRACE_MS after
---   P:{N}:ev              pub/sub channel: 'r' (a hold ended and nobody is
---                         queued), 'c' (the holds changed, nobody granted, the
---                         queue waits) or
---                         'g:<ticket hash>:<fence>:<at>:<window ms>:<claimed>:<shared 1|0>:<limit>:<owner>'
---                         (granted to that ticket; claimed '1,<poll id>,...' when
---                         polls were in flight, at the full ttl, for those polls;
---                         '0' unclaimed)
+-- KEYS[1] of every lock script is P:{N} (prefix P, lock name N); every other
+-- key it touches is derived from it and shares its hash slot:
 --
--- A hold's fields, the same in the exclusive hash and a shared hold's hash: count,
--- fence, owner, ttl (ms of the last grant or renewal), at (grant time, ms), tk
--- (ticket hash while a handoff is unclaimed), by (the principal that made it),
--- lim (shared: the limit it was granted under), ik (the key hash of its
--- idempotency record, '' for none), pc (the polls that may have handed a
--- ticket's grant to its owner, space-separated: see unpoll.lua), and for a hold of a session: sd (the
--- session's deadline on this lock's Redis clock: no extension goes past it),
--- ss (the session's hash) and sm (its member there). A hold lives while Redis time <=
--- its deadline (PEXPIRE; for shared holds also the score in P:{N}:s): every
--- script first drops shared holds whose deadline has passed (expiry runs no
--- script), then decides.
+--   P:{N}            the lock: one string, its only key once nothing holds or
+--                    waits, 'f|w|qe|n|l|m|sx|x' (an empty part: none):
+--     f              the last fence issued
+--     w              until when (Redis ms) some gateway waits for news of this
+--                    lock: 'r', 'c', 'i:' and 'w:' messages are published only
+--                    until then ('g:' messages always)
+--     qe             until when the queue may hold live tickets
+--     n, l, m, sx    shared holds: how many, their limit ('0': none), and
+--                    bounds of the earliest and the latest of their deadlines
+--     x              the exclusive hold (a hold record, below)
+--                    Every write sets the key's expiry (SET PX) to what must
+--                    keep it: FENCE_GUARD_MS after the last grant (the fence
+--                    guard), and every hold's and ticket's deadline.
+--   P:{N}:s, P:{N}:h shared holds, while there are any: lease hash -> deadline
+--                    (a sorted set, to find those that ran out) and lease hash
+--                    -> hold record
+--   P:{N}:q          the queue: ticket hash -> arrival sequence, while queued
+--   P:{N}:t:<th>     a ticket: lh (the lease hash it is granted under), ttl,
+--                    owner, tt (ticket ttl), by, sh ('1' shared), lim, ik, mk,
+--                    sd/ss/sm (its session's, as for holds), q:<poll id> (each
+--                    poll in flight: its deadline); PEXPIRE = its life
+--   P:{N}:i:<ik>     an Idempotency-Key's record: b (body hash), k ('h' a hold,
+--                    't' a ticket, 'r' a re-entry), h (its hash), m (the maker:
+--                    the request that made it); lives while what it made lives,
+--                    and GRACE_MS after
+--   P:{N}:ev         the channel: 'r' (a hold ended, nobody queued), 'c' (the
+--                    holds changed), 'i:<lh>' (an idempotent request was granted:
+--                    its duplicates answer), 'w:<ms>' (a hold ends sooner than
+--                    announced) and
+--                    'g:<th>:<fence>:<at>:<window>:<polls>:<shared 1|0>:<limit>:<owner>'
+--                    (granted to ticket th; polls '1,<poll id>,...' when made at
+--                    the full ttl for the polls in flight, '0' when kept
+--                    unclaimed for the ticket's next poll)
 --
--- Numbers above 2^31 (fences, times) travel as strings: Lua numbers are doubles and
--- tostring would print them in exponent form.
+-- A hold record is one string, tab-separated (a label never holds a control
+-- character): lh, d (deadline, Redis ms), c (count), f (fence), ttl (of the
+-- last grant or renewal), at (grant time), by (the principal), told ('1' once
+-- an answer other than its maker's handed it out: a replay, a re-entry, a
+-- renewal; no undo ends it then), tk (the ticket hash while a handoff waits
+-- for its claim), pc (the polls it was handed to, comma-separated: each poll
+-- whose answer did not reach its client takes itself out, and a grant left
+-- with none goes back to waiting for a claim), mk (the request that made it),
+-- ik (its Idempotency-Key record), sd, ss, sm (a session's hold: the
+-- session's deadline, hash and member), lim (shared: its limit; '' exclusive),
+-- owner. A hold lives while Redis time <= d: expiry runs no script, so every
+-- script drops what has expired before it decides.
 --
--- PUBLISH, FENCE_GUARD_MS and IDEMPOTENCY_GRACE_MS are not defined here: the
--- loader (lua.Compose) puts them on the lines before this file, from
--- store.Options (BATON_FENCE_GUARD, BATON_IDEMPOTENCY_GRACE) and the kind of
--- Redis: PUBLISH is 'SPUBLISH' on a Redis Cluster, where the lock's channel
--- shares its slot ({name}) and a sharded message stays on that shard.
+-- Numbers above 2^31 travel as strings: Lua numbers are doubles, and tostring
+-- would print them in exponent form.
 
-local lock, fencekey, queue = KEYS[1], KEYS[2], KEYS[3]
-local channel = lock .. ':ev'
-local tprefix = lock .. ':t:'
-local shkey, slkey, sprefix = lock .. ':s', lock .. ':sl', lock .. ':s:'
+local lock, shset, shrec, queue, tprefix, iprefix, chan
+
+-- bind points the helpers at the lock of KEYS[1].
+local function bind(k)
+  lock, shset, shrec, queue, tprefix, iprefix, chan = k, k .. ':s', k .. ':h', k .. ':q', k .. ':t:', k .. ':i:',
+    k .. ':ev'
+end
 
 local function str(n)
   return string.format('%.0f', n)
@@ -65,54 +71,267 @@ end
 
 local function now_ms()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  return t[1] * 1000 + math.floor(t[2] / 1000)
 end
 
--- keep_at_least makes key live at least ms from now.
-local function keep_at_least(key, ms)
-  if redis.call('PTTL', key) < ms then
-    redis.call('PEXPIRE', key, ms)
+-- expired reports a call that reached Redis after its "not after" (Redis ms):
+-- it must change nothing, since its gateway may already have decided what its
+-- unknown outcome meant.
+local function expired(now, not_after)
+  return now > tonumber(not_after)
+end
+
+local REC -- the record's pattern; made on first use (a library's load sees no string library)
+
+local function unpack_hold(v)
+  if not v then
+    return nil
+  end
+  REC = REC or '^' .. string.rep('([^\t]*)\t', 16) .. '(.*)$'
+  local h = {}
+  h.lh, h.d, h.c, h.f, h.ttl, h.at, h.by, h.told, h.tk, h.pc, h.mk, h.ik, h.sd, h.ss, h.sm, h.lim, h.owner =
+    string.match(v, REC)
+  h.d, h.c, h.ttl = tonumber(h.d), tonumber(h.c), tonumber(h.ttl)
+  h.shared = h.lim ~= ''
+  return h
+end
+
+local function pack_hold(h)
+  return table.concat({h.lh, str(h.d), h.c, h.f, h.ttl, h.at, h.by, h.told, h.tk, h.pc, h.mk, h.ik, h.sd, h.ss, h.sm,
+    h.lim, h.owner}, '\t')
+end
+
+local LOCK -- the lock string's pattern; made on first use
+
+-- The lock's string is read once per call into L, and written back (flush)
+-- when a script changed it (L.dirty).
+local function load(now)
+  local L = {f = 0, w = 0, qe = 0, n = 0, l = '0', m = 0, sx = 0}
+  local v = redis.call('GET', lock)
+  if v then
+    LOCK = LOCK or '^' .. string.rep('([^|]*)|', 7) .. '(.*)$'
+    local f, w, qe, n, l, m, sx, x = string.match(v, LOCK)
+    L.f, L.w, L.qe, L.n = tonumber(f) or 0, tonumber(w) or 0, tonumber(qe) or 0, tonumber(n) or 0
+    L.l, L.m, L.sx = l, tonumber(m) or 0, tonumber(sx) or 0
+    if x ~= '' then
+      L.x = unpack_hold(x)
+    end
+  end
+  L.q = L.qe >= now
+  return L
+end
+
+local function num(n)
+  if n == 0 then
+    return ''
+  end
+  return str(n)
+end
+
+-- flush writes the lock back, living as long as something needs it: the fence
+-- guard after the last grant, its holds, its queue.
+local function flush(L, now)
+  if not L.dirty then
+    return
+  end
+  local until_ms = math.floor(L.f / 1000) + FENCE_GUARD_MS
+  local x = ''
+  if L.x then
+    x = pack_hold(L.x)
+    until_ms = math.max(until_ms, L.x.d)
+  end
+  local l = ''
+  if L.n > 0 then
+    l = L.l
+    until_ms = math.max(until_ms, L.sx)
+  end
+  if L.q then
+    until_ms = math.max(until_ms, L.qe)
+  end
+  redis.call('SET', lock, table.concat({num(L.f), num(L.w), num(L.q and L.qe or 0), num(L.n), l, num(L.m), num(L.sx), x},
+    '|'), 'PX', math.max(until_ms - now, 1))
+end
+
+-- next_fence issues max(last + 1, now * 1000) and keeps the key FENCE_GUARD_MS.
+--
+-- Why fences still only grow once the key is gone. Let f be the highest fence
+-- issued, by a grant at Redis clock time t: f <= t * 1000 + k, where k is the
+-- number of grants that found last + 1 above the time floor, which needs more
+-- than 1000 grants of one lock in a millisecond to pass 1 ms. The key outlives
+-- that grant by at least FENCE_GUARD_MS of the Redis clock (expiry is a deadline
+-- on that clock), so while it exists every grant gets last + 1 > f; once it is
+-- gone, the clock reads at least t + FENCE_GUARD_MS, and a grant at clock time
+-- t2 gets t2 * 1000. If the clock then never steps back by more than
+-- FENCE_GUARD_MS, t2 > t and t2 * 1000 > f. So fences only grow as long as the
+-- Redis clock never steps back by more than the guard (an NTP step, a failover
+-- to a replica whose clock is behind).
+local function next_fence(L, now)
+  local f = math.max(L.f + 1, now * 1000)
+  L.f, L.dirty = f, true
+  return f
+end
+
+-- get_shared is the live shared hold under lh, or nil.
+local function get_shared(L, lh, now)
+  if L.n == 0 then
+    return nil
+  end
+  local h = unpack_hold(redis.call('HGET', shrec, lh))
+  if h and h.d >= now then
+    return h
+  end
+  return nil
+end
+
+-- find is the live hold under lease hash lh: its kind ('x' or 's') and record.
+local function find(L, lh, now)
+  if lh == '' then
+    return nil, nil
+  end
+  if L.x and L.x.lh == lh then
+    return 'x', L.x
+  end
+  local h = get_shared(L, lh, now)
+  if h then
+    return 's', h
+  end
+  return nil, nil
+end
+
+-- fit_shared makes the shared holds' keys expire with their last hold (a
+-- shorter renewal, or the end of the longest hold, shortens them too), and
+-- notes the latest deadline.
+local function fit_shared(L, now)
+  local last = redis.call('ZRANGE', shset, -1, -1, 'WITHSCORES')
+  if #last > 0 then
+    L.sx = tonumber(last[2])
+    redis.call('PEXPIRE', shset, math.max(L.sx - now, 1))
+    redis.call('PEXPIRE', shrec, math.max(L.sx - now, 1))
   end
 end
 
--- keep_fence makes the fence key live at least ms from now.
-local function keep_fence(ms)
-  keep_at_least(fencekey, ms)
+-- put writes a hold back (its record changed).
+local function put(L, h, now)
+  if h.shared then
+    redis.call('HSET', shrec, h.lh, pack_hold(h))
+    redis.call('ZADD', shset, str(h.d), h.lh)
+    fit_shared(L, now)
+    if h.d < L.m then
+      L.m = h.d
+    end
+  else
+    L.x = h
+  end
+  L.dirty = true
 end
 
--- next_fence issues max(last + 1, now * 1000) for a grant whose lease (or claim
--- window) is window ms, and keeps the fence key for the longer of the lease and
--- FENCE_GUARD_MS. Every script that extends a hold or a ticket extends the key to
--- match (keep_fence), so it lives while the lock has holds or a queue, and for
--- the guard after the last grant; then nothing of the name is left in Redis.
---
--- Why fences still only grow once the key is gone. Let f be the highest fence
--- issued, by a grant at Redis clock time t: f <= t * 1000 + k, where k is the number
--- of grants that found last + 1 above the time floor, which needs more than 1000
--- grants of one lock in a millisecond to pass 1 ms. The key outlives that grant by
--- at least FENCE_GUARD_MS of the Redis clock (expiry is a deadline on that clock), so
--- while it exists every grant gets last + 1 > f; once it is gone, the clock reads
--- at least t + FENCE_GUARD_MS, and a grant at clock time t2 gets t2 * 1000. If the
--- clock then never steps back by more than FENCE_GUARD_MS, t2 > t and t2 * 1000 >
--- f. A step back while the key exists only postpones its expiry. So fences only
--- grow as long as the Redis clock never steps back by more than the guard: an NTP
--- step, or a failover to a replica whose clock is behind (a failover that loses
--- the key's last update is the README's "replication is asynchronous" caveat).
-local function next_fence(now, window)
-  local last = tonumber(redis.call('GET', fencekey) or '0') or 0
-  local f = math.max(last + 1, now * 1000)
-  redis.call('SET', fencekey, str(f), 'KEEPTTL')
-  keep_fence(math.max(FENCE_GUARD_MS, tonumber(window)))
-  return f
+-- keep_record makes an Idempotency-Key's record outlive what it made, which
+-- now lives ms more, by the grace.
+local function keep_record(ik, ms)
+  if ik ~= '' and redis.call('PTTL', iprefix .. ik) < ms + GRACE_MS then
+    redis.call('PEXPIRE', iprefix .. ik, ms + GRACE_MS)
+  end
+end
+
+-- set_deadline makes a hold live ttl ms from now (a session's hold: until the
+-- session's deadline, no more, no less) and keeps its record past it.
+local function set_deadline(L, h, ttl, now)
+  local sd = tonumber(h.sd)
+  if sd then
+    ttl = math.max(sd - now, 1)
+  end
+  h.d = now + ttl
+  put(L, h, now)
+  keep_record(h.ik, ttl)
+end
+
+-- end_record: what the record ik made has ended; it is kept for the grace.
+local function end_record(ik)
+  if ik and ik ~= '' then
+    redis.call('PEXPIRE', iprefix .. ik, GRACE_MS)
+  end
+end
+
+-- end_hold removes a hold entirely (whatever its count).
+local function end_hold(L, kind, h, now)
+  end_record(h.ik)
+  L.dirty = true
+  if kind == 'x' then
+    L.x = nil
+    return
+  end
+  redis.call('HDEL', shrec, h.lh)
+  redis.call('ZREM', shset, h.lh)
+  L.n = L.n - 1
+  if L.n > 0 then
+    fit_shared(L, now)
+  else
+    L.n, L.m, L.sx = 0, 0, 0
+  end
+end
+
+-- prune drops the holds whose deadline has passed (expiry runs no script).
+local function prune(L, now)
+  if L.x and L.x.d < now then
+    L.x, L.dirty = nil, true
+  end
+  if L.n > 0 and L.m < now then
+    local gone = redis.call('ZRANGEBYSCORE', shset, '-inf', '(' .. str(now))
+    if #gone > 0 then
+      redis.call('HDEL', shrec, unpack(gone))
+      redis.call('ZREMRANGEBYSCORE', shset, '-inf', '(' .. str(now))
+    end
+    L.n, L.dirty = redis.call('ZCARD', shset), true
+    if L.n == 0 then
+      L.m, L.sx = 0, 0
+    else
+      L.m = tonumber(redis.call('ZRANGE', shset, 0, 0, 'WITHSCORES')[2])
+    end
+  end
+end
+
+-- announce publishes msg while some gateway waits for news of the lock.
+local function announce(L, now, msg)
+  if L.w >= now then
+    redis.call(PUBLISH, chan, msg)
+  end
+end
+
+-- interest notes that a gateway waits for news of the lock until now + ms.
+local function interest(L, now, ms)
+  local w = now + ms + 1000 -- a margin for the gateway's estimate of this clock
+  if w > L.w then
+    L.w, L.dirty = w, true
+  end
+end
+
+-- head_ticket drops dead tickets (their key expired) from the head of the
+-- queue and returns the hash of the first live one, or nil.
+local function head_ticket(L)
+  if not L.q then
+    return nil
+  end
+  while true do
+    local head = redis.call('ZRANGE', queue, 0, 0)
+    if #head == 0 then
+      L.q, L.qe, L.dirty = false, 0, true
+      return nil
+    end
+    if redis.call('EXISTS', tprefix .. head[1]) == 1 then
+      return head[1]
+    end
+    redis.call('ZREM', queue, head[1])
+  end
 end
 
 -- COUNT_SCAN is how many queue entries waiters() and position() look at: dead
 -- tickets among them are dropped and not counted; beyond them every entry counts.
 local COUNT_SCAN = 100
 
--- waiters is the number of live tickets in the queue (exact up to COUNT_SCAN
--- entries), dropping the dead ones it meets.
-local function waiters()
+local function waiters(L)
+  if not L.q then
+    return 0
+  end
   local n = 0
   for _, th in ipairs(redis.call('ZRANGE', queue, 0, COUNT_SCAN - 1)) do
     if redis.call('EXISTS', tprefix .. th) == 1 then
@@ -124,413 +343,10 @@ local function waiters()
   return n + math.max(redis.call('ZCARD', queue) - COUNT_SCAN, 0)
 end
 
--- prune_shared drops shared holds whose deadline has passed and returns how many.
--- (Their hashes expire at the same deadline by themselves.)
-local function prune_shared(now)
-  local n = redis.call('ZREMRANGEBYSCORE', shkey, '-inf', '(' .. str(now))
-  if n > 0 and redis.call('EXISTS', shkey) == 0 then
-    redis.call('DEL', slkey)
-  end
-  return n
-end
-
-local function shared_count()
-  return redis.call('ZCARD', shkey)
-end
-
--- find_hold returns the kind ('x' or 's') and key of the live hold under lease
--- hash lh, or nil. Shared holds must have been pruned.
-local function find_hold(lh)
-  if redis.call('HGET', lock, 'lease') == lh then
-    return 'x', lock
-  end
-  if redis.call('ZSCORE', shkey, lh) then
-    return 's', sprefix .. lh
-  end
-  return nil, nil
-end
-
--- fit_shared_keys makes the shared-hold set and its limit expire with the last
--- shared hold's deadline (not the longest ever set, which a shorter renewal
--- would leave behind).
-local function fit_shared_keys(now)
-  local last = redis.call('ZRANGE', shkey, -1, -1, 'WITHSCORES')
-  if #last > 0 then
-    local ms = math.max(tonumber(last[2]) - now, 1)
-    redis.call('PEXPIRE', shkey, ms)
-    redis.call('PEXPIRE', slkey, ms)
-  end
-end
-
--- record_key is the key of an idempotency record, from its key hash.
-local function record_key(ik)
-  return lock .. ':i:' .. ik
-end
-
--- keep_record makes the idempotency record ik (if any) outlive what it made,
--- which now lives ms more, by the grace.
-local function keep_record(ik, ms)
-  if ik and ik ~= '' then
-    keep_at_least(record_key(ik), ms + IDEMPOTENCY_GRACE_MS)
-  end
-end
-
--- end_record: what the record ik made has ended; it is kept for the grace.
-local function end_record(ik)
-  if ik and ik ~= '' then
-    redis.call('PEXPIRE', record_key(ik), IDEMPOTENCY_GRACE_MS)
-  end
-end
-
--- has_word reports whether the space-separated list l has the word w.
-local function has_word(l, w)
-  for x in string.gmatch(l or '', '%S+') do
-    if x == w then
-      return true
-    end
-  end
-  return false
-end
-
--- without_word is the space-separated list l without the word w.
-local function without_word(l, w)
-  local out = {}
-  for x in string.gmatch(l or '', '%S+') do
-    if x ~= w then
-      out[#out + 1] = x
-    end
-  end
-  return table.concat(out, ' ')
-end
-
--- set_deadline makes a hold live ttl ms from now.
-local function set_deadline(kind, key, lh, ttl, now)
-  local sd = tonumber(redis.call('HGET', key, 'sd') or '')
-  if sd then -- a session's hold lasts as long as the session: no more, no less
-    ttl = math.max(sd - now, 1)
-  end
-  redis.call('PEXPIRE', key, ttl)
-  keep_record(redis.call('HGET', key, 'ik'), ttl)
-  if kind == 's' then
-    redis.call('ZADD', shkey, str(now + ttl), lh)
-    fit_shared_keys(now)
-  end
-  keep_fence(ttl)
-end
-
--- tombstone makes the acquire of lease hash lh, should a copy of it still
--- reach Redis, grant nothing until deadline (Redis ms, inclusive): past it that
--- copy changes nothing by itself (expired). A longer tombstone stays as it is.
--- v is '1' (any acquire under lh), or 'n:<nonce>': only that request's copies
--- (an idempotent request's lease hash is its key's, which a fresh request with
--- the same key shares).
-local function tombstone(lh, deadline, now, v)
-  local k, ms = lock .. ':x:' .. lh, deadline - now + 1
-  if ms > 0 and redis.call('PTTL', k) < ms then
-    redis.call('SET', k, v or '1', 'PX', ms)
-  end
-end
-
--- entombed reports whether a tombstone stops the acquire of lease hash lh
--- made by the request nonce.
-local function entombed(lh, nonce)
-  local v = redis.call('GET', lock .. ':x:' .. lh)
-  return v ~= false and v ~= nil and (string.sub(v, 1, 2) ~= 'n:' or v == 'n:' .. nonce)
-end
-
--- end_hold removes a hold entirely (whatever its count). A copy of the acquire
--- that made it, still on its way, finds the tombstone that acquire left
--- (acquire.lua), which lasts until that call's deadline.
-local function end_hold(kind, key, lh, now)
-  end_record(redis.call('HGET', key, 'ik'))
-  redis.call('DEL', key)
-  if kind == 's' then
-    redis.call('ZREM', shkey, lh)
-    if redis.call('EXISTS', shkey) == 0 then
-      redis.call('DEL', slkey)
-    else
-      fit_shared_keys(now)
-    end
-  end
-end
-
--- head_ticket drops dead tickets (their key expired) from the head of the queue and
--- returns the hash of the first live one, or nil.
-local function head_ticket()
-  while true do
-    local head = redis.call('ZRANGE', queue, 0, 0)
-    if #head == 0 then
-      return nil
-    end
-    if redis.call('EXISTS', tprefix .. head[1]) == 1 then
-      return head[1]
-    end
-    redis.call('ZREM', queue, head[1])
-  end
-end
-
--- fits reports whether a new hold of the mode fits the lock's holds now: an
--- exclusive one when there are none, a shared one when there is no exclusive
--- hold and fewer than its limit ('0': none) shared ones under the same limit.
--- A shared request under another limit than the shared holds' does not fit, and
--- mismatch is true.
-local function fits(shared, limit)
-  if redis.call('EXISTS', lock) == 1 then
-    return false, false
-  end
-  local n = shared_count()
-  if not shared then
-    return n == 0, false
-  end
-  if n == 0 then
-    return true, false
-  end
-  if redis.call('GET', slkey) ~= limit then
-    return false, true
-  end
-  local lim = tonumber(limit)
-  return lim == 0 or n < lim, false
-end
-
--- grant creates a hold under lease hash lh for window ms (the lease, or a claim
--- window for an unclaimed handoff, with tk the ticket hash).
-local function grant(shared, limit, lh, ttl, owner, by, now, fence, window, tk, ik)
-  local key, kind = lock, 'x'
-  if shared then
-    key, kind = sprefix .. lh, 's'
-    redis.call('SET', slkey, limit, 'KEEPTTL')
-  end
-  redis.call('HSET', key, 'count', 1, 'fence', str(fence), 'owner', owner, 'ttl', ttl, 'at', str(now),
-    'tk', tk, 'by', by, 'lim', limit, 'ik', ik or '')
-  if not shared then
-    redis.call('HSET', key, 'lease', lh)
-  end
-  set_deadline(kind, key, lh, window, now)
-end
-
--- fit_fence cuts the fence key back to what must keep it: FENCE_GUARD_MS after
--- the last grant, and the lock's holds and queue while they last; called where
--- a hold or a ticket ends or is cut short, so that a lease released early, or a
--- ticket gone early, does not keep it longer. A fence is at least its grant's
--- time in microseconds, so fence / 1000 is no earlier than the last grant, and
--- counting the guard from it errs on the long side.
-local function fit_fence(now)
-  local last = tonumber(redis.call('GET', fencekey) or '0') or 0
-  local need = math.max(math.floor(last / 1000) + FENCE_GUARD_MS - now, redis.call('PTTL', lock),
-    redis.call('PTTL', queue))
-  local sh = redis.call('ZRANGE', shkey, -1, -1, 'WITHSCORES')
-  if #sh > 0 then
-    need = math.max(need, tonumber(sh[2]) - now)
-  end
-  if need <= 0 then
-    redis.call('DEL', fencekey)
-  elseif redis.call('PTTL', fencekey) > need then
-    redis.call('PEXPIRE', fencekey, need)
-  end
-end
-
--- live_polls names a ticket's polls in flight (their q: deadline not passed),
--- space-separated.
-local function live_polls(tkey, now)
-  local f, out = redis.call('HGETALL', tkey), {}
-  for i = 1, #f, 2 do
-    if string.sub(f[i], 1, 2) == 'q:' and tonumber(f[i + 1]) >= now then
-      out[#out + 1] = string.sub(f[i], 3)
-    end
-  end
-  return table.concat(out, ' ')
-end
-
--- handoff grants the lock to the head live ticket while it fits (an exclusive one
--- when no holds are left; a run of shared ones while there is a free slot), waking
--- exactly each granted ticket's waiter. A ticket whose owner is polling gets its
--- full ttl at once (the waiter answers with the lease straight from the message);
--- otherwise the grant is kept for the ticket ttl, and the first poll claims it.
--- When it grants nothing and announce is true (a hold just ended), it announces
--- 'r' if nobody is queued (a non-fair waiter may try), else 'c' (the holds
--- changed: for watchers). Returns how many it granted.
-local function handoff(now, announce)
-  local granted = 0
-  while true do
-    local th = head_ticket()
-    if not th then
-      break
-    end
-    local tkey = tprefix .. th
-    local t = redis.call('HMGET', tkey, 'lh', 'ttl', 'owner', 'tt', 'p', 'by', 'sh', 'lim', 'ik', 'sd', 'pp', 'ss', 'sm')
-    local shared, limit, ttl = t[7] == '1', t[8] or '0', tonumber(t[2])
-    local sd = tonumber(t[10] or '')
-    if sd then -- a session's ticket: its hold shares the session's deadline
-      ttl = sd - now
-    end
-    if ttl <= 0 then -- its session has ended: the ticket goes with it
-      redis.call('ZREM', queue, th)
-      redis.call('DEL', tkey)
-      end_record(t[9])
-    elseif fits(shared, limit) then
-      local window, tk, claimed, pc = math.min(tonumber(t[4]), ttl), th, '0', ''
-      if (tonumber(t[5]) or 0) >= now then
-        -- Every poll in flight may answer from the message, not only the
-        -- latest (pp): each is named in pc, and in the message, whose waiters
-        -- answer from it only when named there (store/ticketwait.go).
-        pc = live_polls(tkey, now)
-        window, tk, claimed = ttl, '', '1'
-        if pc ~= '' then
-          claimed = '1,' .. string.gsub(pc, ' ', ',')
-        end
-      end
-      -- The fence key lives for the grant's window: the full lease when claimed
-      -- at once; else the claim window, and a claim (set_deadline) keeps it
-      -- for the lease then. A grant never claimed passes on, and its fence key
-      -- does not outlive the guard by the lease it never had.
-      local fence = next_fence(now, window)
-      grant(shared, limit, t[1], ttl, t[3], t[6] or '', now, fence, window, tk, t[9])
-      -- pc: the poll in flight this grant was made for, at its full ttl; only that
-      -- poll's end may turn the grant back into an unclaimed one (unpoll.lua).
-      local hkey = (shared and (sprefix .. t[1])) or lock
-      redis.call('HSET', hkey, 'pc', pc)
-      if sd then
-        redis.call('HSET', hkey, 'sd', str(sd), 'ss', t[12] or '', 'sm', t[13] or '')
-      end
-      redis.call('ZREM', queue, th)
-      redis.call('DEL', tkey)
-      local sh = '0'
-      if shared then
-        sh = '1'
-      end
-      redis.call(PUBLISH, channel, 'g:' .. th .. ':' .. str(fence) .. ':' .. str(now) .. ':' .. str(window) ..
-        ':' .. claimed .. ':' .. sh .. ':' .. limit .. ':' .. t[3])
-      granted = granted + 1
-    else
-      break
-    end
-  end
-  if granted == 0 and announce then
-    if redis.call('EXISTS', queue) == 0 then
-      redis.call(PUBLISH, channel, 'r')
-    else
-      redis.call(PUBLISH, channel, 'c')
-    end
-  elseif granted > 0 and redis.call('EXISTS', queue) == 0 and redis.call('EXISTS', lock) == 0 then
-    -- A run of shared grants emptied the queue: non-fair shared waiters may fit too.
-    redis.call(PUBLISH, channel, 'r')
-  end
-  -- The holds that ended (or the grants just made, for their windows) may
-  -- need the fence key for less than it was kept for.
-  fit_fence(now)
-  return granted
-end
-
--- settle drops expired shared holds and dead tickets from the head of the queue,
--- and hands a lock whose holds ended by expiry (which runs no script) to the head
--- live tickets that fit.
-local function settle(now)
-  prune_shared(now)
-  if head_ticket() and redis.call('EXISTS', lock) == 0 then
-    handoff(now, false)
-  end
-end
-
--- hold_reply describes a hold: {code, fence, count, pttl, at, owner, ttl, now,
--- shared 0/1, limit}.
-local function hold_reply(code, now, kind, key)
-  local h = redis.call('HMGET', key, 'fence', 'count', 'at', 'owner', 'ttl', 'lim')
-  local sh = 0
-  if kind == 's' then
-    sh = 1
-  end
-  return {code, h[1], tonumber(h[2]), redis.call('PTTL', key), h[3], h[4], tonumber(h[5]), str(now), sh, h[6] or '0'}
-end
-
--- soonest is the hold that ends first ({key, pttl}) when the lock has holds:
--- the exclusive one, or the shared one with the earliest deadline.
-local function soonest(now)
-  if redis.call('EXISTS', lock) == 1 then
-    return lock, redis.call('PTTL', lock)
-  end
-  local first = redis.call('ZRANGE', shkey, 0, 0, 'WITHSCORES')
-  if #first == 0 then
-    return nil, 0
-  end
-  return sprefix .. first[1], math.max(tonumber(first[2]) - now, 0)
-end
-
--- wake_ms is how long until something may change for a waiter with nobody
--- announcing it (expiry runs no script): the soonest hold's end, or the head
--- ticket's, whichever comes first. A waiting gateway pokes the lock then.
-local function wake_ms(now)
-  local key, pttl = soonest(now)
-  if not key then
-    pttl = -1 -- no hold (a hold about to end has 0)
-  end
-  local head = redis.call('ZRANGE', queue, 0, 0)
-  if #head > 0 then
-    local t = redis.call('PTTL', tprefix .. head[1])
-    if t >= 0 and (pttl < 0 or t < pttl) then
-      pttl = t
-    end
-  end
-  return math.max(pttl, 0)
-end
-
--- busy_reply: {'busy', pttl, owner, waiters, wake}: the soonest-ending hold's
--- time and owner (when a slot or the lock frees), the queue, and wake_ms.
-local function busy_reply(now)
-  local key, pttl = soonest(now)
-  local owner = ''
-  if key then
-    owner = redis.call('HGET', key, 'owner') or ''
-  end
-  return {'busy', pttl, owner, waiters(), wake_ms(now)}
-end
-
--- keep_ticket keeps a ticket alive for its ticket ttl past the end of the last
--- of its polls in flight, and the queue at least as long. pid names the poll:
--- poll_ms > 0 starts it (or extends it) until now + poll_ms, 0 ends it. Each
--- poll's deadline is a field q:<pid>; p is the latest, pp that poll's pid.
-local function keep_ticket(tkey, now, poll_ms, pid)
-  if pid and pid ~= '' then
-    if poll_ms > 0 then
-      redis.call('HSET', tkey, 'q:' .. pid, str(now + poll_ms))
-    else
-      redis.call('HDEL', tkey, 'q:' .. pid)
-    end
-  end
-  local f = redis.call('HGETALL', tkey)
-  local p, pp = 0, ''
-  for i = 1, #f, 2 do
-    if string.sub(f[i], 1, 2) == 'q:' then
-      local d = tonumber(f[i + 1])
-      if d < now then
-        redis.call('HDEL', tkey, f[i])
-      elseif d > p then
-        p, pp = d, string.sub(f[i], 3)
-      end
-    end
-  end
-  if pid == nil and poll_ms > 0 then -- a poll without a name (an acquire's own wait)
-    p = math.max(p, now + poll_ms)
-  end
-  redis.call('HSET', tkey, 'p', str(p), 'pp', pp)
-  local life = tonumber(redis.call('HGET', tkey, 'tt')) + math.max(p - now, 0)
-  redis.call('PEXPIRE', tkey, life)
-  keep_at_least(queue, life)
-  keep_fence(life)
-  keep_record(redis.call('HGET', tkey, 'ik'), life)
-end
-
--- drop_ticket removes a ticket (queued, not granted) and ends its record.
-local function drop_ticket(th, tkey)
-  redis.call('ZREM', queue, th)
-  end_record(redis.call('HGET', tkey, 'ik'))
-  return redis.call('DEL', tkey)
-end
-
--- position is a ticket's place among the live tickets (exact up to COUNT_SCAN),
--- dropping the dead ones ahead of it.
+-- position is a ticket's place among the live tickets (exact up to COUNT_SCAN).
 local function position(th)
   local ahead = 0
-  for i, h in ipairs(redis.call('ZRANGE', queue, 0, COUNT_SCAN - 1)) do
+  for _, h in ipairs(redis.call('ZRANGE', queue, 0, COUNT_SCAN - 1)) do
     if h == th then
       return ahead + 1
     end
@@ -540,20 +356,281 @@ local function position(th)
       redis.call('ZREM', queue, h)
     end
   end
-  return redis.call('ZRANK', queue, th) + 1
+  return (redis.call('ZRANK', queue, th) or 0) + 1
+end
+
+-- fits reports whether a new hold of the mode fits the lock's holds now: an
+-- exclusive one when there are none, a shared one when there is no exclusive
+-- hold and fewer than its limit ('0': none) shared ones under the same limit;
+-- mismatch: a shared request under another limit than the shared holds'.
+local function fits(L, shared, limit)
+  if L.x then
+    return false, false
+  end
+  if not shared then
+    return L.n == 0, false
+  end
+  if L.n == 0 then
+    return true, false
+  end
+  if L.l ~= limit then
+    return false, true
+  end
+  local lim = tonumber(limit)
+  return lim == 0 or L.n < lim, false
+end
+
+-- grant makes a new hold g (its fields but d, c, f, at, told) for window ms:
+-- the lease, or a claim window for a handoff that waits for its claim.
+local function grant(L, g, now, window)
+  g.c, g.at, g.told = 1, str(now), '0'
+  g.f = str(next_fence(L, now))
+  g.shared = g.lim ~= ''
+  if g.shared then
+    if L.n == 0 then
+      L.l, L.m = g.lim, now + window
+    end
+    L.n = L.n + 1
+  end
+  g.d = now + window
+  put(L, g, now)
+  keep_record(g.ik, window)
+  return g
+end
+
+-- ticket_fields reads a ticket's hash into a table, with its polls in flight
+-- (their deadline not passed) as a comma-separated list.
+local function ticket_fields(tkey, now)
+  local v, t, polls = redis.call('HGETALL', tkey), {}, {}
+  for i = 1, #v, 2 do
+    if string.sub(v[i], 1, 2) == 'q:' then
+      if tonumber(v[i + 1]) >= now then
+        polls[#polls + 1] = string.sub(v[i], 3)
+      end
+    else
+      t[v[i]] = v[i + 1]
+    end
+  end
+  t.polls = table.concat(polls, ',')
+  return t
+end
+
+-- handoff grants the lock to the head live ticket while it fits (an exclusive
+-- one when no holds are left; a run of shared ones while there is room), waking
+-- exactly each granted ticket's waiters. A ticket with polls in flight gets its
+-- full ttl at once, handed to those polls (their waiters answer straight from
+-- the message); otherwise the grant is kept for the ticket ttl, and the first
+-- poll claims it. When it grants nothing and ended is true (a hold just ended),
+-- it announces 'r' when nobody is queued, else 'c'. Returns how many it granted.
+local function handoff(L, now, ended)
+  local granted = 0
+  while true do
+    local th = head_ticket(L)
+    if not th then
+      break
+    end
+    local tkey = tprefix .. th
+    local t = ticket_fields(tkey, now)
+    local shared, limit, ttl = t.sh == '1', t.lim or '0', tonumber(t.ttl)
+    local sd = tonumber(t.sd or '')
+    if sd then -- a session's ticket: its hold shares the session's deadline
+      ttl = sd - now
+    end
+    if ttl <= 0 then -- its session has ended: the ticket goes with it
+      redis.call('ZREM', queue, th)
+      redis.call('DEL', tkey)
+      end_record(t.ik)
+    elseif fits(L, shared, limit) then
+      local window, tk, claimed = math.min(tonumber(t.tt), ttl), th, '0'
+      if t.polls ~= '' then
+        window, tk, claimed = ttl, '', '1,' .. t.polls
+      end
+      local lim = ''
+      if shared then
+        lim = limit
+      end
+      local g = grant(L, {lh = t.lh, ttl = ttl, by = t.by or '', tk = tk, pc = t.polls, mk = t.mk or '',
+        ik = t.ik or '', sd = t.sd or '', ss = t.ss or '', sm = t.sm or '', lim = lim, owner = t.owner or ''}, now,
+        window)
+      redis.call('ZREM', queue, th)
+      redis.call('DEL', tkey)
+      local sh = '0'
+      if shared then
+        sh = '1'
+      end
+      redis.call(PUBLISH, chan, 'g:' .. th .. ':' .. g.f .. ':' .. g.at .. ':' .. str(window) .. ':' .. claimed ..
+        ':' .. sh .. ':' .. limit .. ':' .. g.owner)
+      granted = granted + 1
+    else
+      break
+    end
+  end
+  if granted == 0 and ended then
+    if L.q then
+      announce(L, now, 'c')
+    else
+      announce(L, now, 'r')
+    end
+  elseif granted > 0 and not L.q and not L.x then
+    announce(L, now, 'r') -- a run of shared grants emptied the queue: non-fair shared waiters may fit too
+  end
+  return granted
+end
+
+-- settle drops what has expired and hands a lock whose holds ended by expiry
+-- to the head live tickets that fit.
+local function settle(L, now)
+  prune(L, now)
+  if L.q and not L.x then
+    handoff(L, now, false)
+  end
+end
+
+-- hold_reply: {code, fence, count, pttl, at, owner, ttl, now, shared 0/1, limit}.
+local function hold_reply(code, now, h)
+  local sh, lim = 0, '0'
+  if h.shared then
+    sh, lim = 1, h.lim
+  end
+  return {code, h.f, h.c, math.max(h.d - now, 0), h.at, h.owner, h.ttl, str(now), sh, lim}
+end
+
+-- soonest is the hold that ends first, when the lock has holds.
+local function soonest(L)
+  if L.x then
+    return L.x
+  end
+  if L.n > 0 then
+    local first = redis.call('ZRANGE', shset, 0, 0)
+    if #first > 0 then
+      return get_shared(L, first[1], 0)
+    end
+  end
+  return nil
+end
+
+-- wake_ms is how long until something may change for a waiter with nobody
+-- announcing it (expiry runs no script): the soonest hold's end, or the head
+-- ticket's, whichever comes first. A waiting gateway pokes the lock then.
+local function wake_ms(L, now)
+  local h = soonest(L)
+  local ms = -1
+  if h then
+    ms = math.max(h.d - now, 0)
+  end
+  if L.q then
+    local head = redis.call('ZRANGE', queue, 0, 0)
+    if #head > 0 then
+      local t = redis.call('PTTL', tprefix .. head[1])
+      if t >= 0 and (ms < 0 or t < ms) then
+        ms = t
+      end
+    end
+  end
+  return math.max(ms, 0)
+end
+
+-- busy_reply: {'busy', pttl, owner, waiters, wake}: the soonest-ending hold's
+-- time and owner (when a slot or the lock frees), the queue, and wake_ms.
+local function busy_reply(L, now)
+  local h, pttl, owner = soonest(L), 0, ''
+  if h then
+    pttl, owner = math.max(h.d - now, 0), h.owner
+  end
+  return {'busy', pttl, owner, waiters(L), wake_ms(L, now)}
+end
+
+-- keep_ticket keeps a ticket alive for its ticket ttl past the end of the last
+-- of its polls in flight, and the queue and the lock at least as long. pid
+-- names the poll: poll_ms > 0 starts (or extends) it until now + poll_ms, 0
+-- ends it.
+local function keep_ticket(L, tkey, now, poll_ms, pid)
+  if pid ~= '' then
+    if poll_ms > 0 then
+      redis.call('HSET', tkey, 'q:' .. pid, str(now + poll_ms))
+    else
+      redis.call('HDEL', tkey, 'q:' .. pid)
+    end
+  end
+  local v, p, tt, ik = redis.call('HGETALL', tkey), now, 0, ''
+  for i = 1, #v, 2 do
+    if string.sub(v[i], 1, 2) == 'q:' then
+      local d = tonumber(v[i + 1])
+      if d < now then
+        redis.call('HDEL', tkey, v[i])
+      elseif d > p then
+        p = d
+      end
+    elseif v[i] == 'tt' then
+      tt = tonumber(v[i + 1])
+    elseif v[i] == 'ik' then
+      ik = v[i + 1]
+    end
+  end
+  local life = tt + p - now
+  redis.call('PEXPIRE', tkey, life)
+  if redis.call('PTTL', queue) < life then
+    redis.call('PEXPIRE', queue, life)
+  end
+  if now + life > L.qe then
+    L.q, L.qe, L.dirty = true, now + life, true
+  end
+  if ik ~= '' and redis.call('PTTL', iprefix .. ik) < life + GRACE_MS then
+    redis.call('PEXPIRE', iprefix .. ik, life + GRACE_MS)
+  end
+end
+
+-- drop_ticket removes a queued ticket and ends its record.
+local function drop_ticket(L, th, tkey)
+  redis.call('ZREM', queue, th)
+  end_record(redis.call('HGET', tkey, 'ik'))
+  if redis.call('ZCARD', queue) == 0 then -- nothing queued keeps the lock now
+    L.q, L.qe, L.dirty = false, 0, true
+  end
+  return redis.call('DEL', tkey)
 end
 
 -- queued_reply: {'queued', position, waiters, wake, ticket ttl}.
-local function queued_reply(th, tkey, now)
-  local pos = position(th)
-  return {'queued', pos, waiters(), wake_ms(now), tonumber(redis.call('HGET', tkey, 'tt'))}
+local function queued_reply(L, th, tkey, now)
+  return {'queued', position(th), waiters(L), wake_ms(L, now), tonumber(redis.call('HGET', tkey, 'tt'))}
 end
 
--- expired reports a call that reached Redis after its deadline (ARGV value
--- not_after, Redis ms, '' for none): it must change nothing, since its client was
--- told it failed and may have undone it (abandon.lua) already.
-local function expired(now, not_after)
-  return not_after ~= nil and not_after ~= '' and now > tonumber(not_after)
+-- has_item reports whether the comma-separated list l has the item w.
+local function has_item(l, w)
+  return string.find(',' .. l .. ',', ',' .. w .. ',', 1, true) ~= nil
+end
+
+-- without_item is the comma-separated list l without the item w.
+local function without_item(l, w)
+  local out = {}
+  for x in string.gmatch(l, '[^,]+') do
+    if x ~= w then
+      out[#out + 1] = x
+    end
+  end
+  return table.concat(out, ',')
+end
+
+-- hand_out marks a hold handed to an answer: told (a replay, a re-entry, a
+-- renewal: no undo ends it now), or to the poll pid (whose answer may yet not
+-- reach its client: its undo takes only itself out). A handoff waiting for its
+-- claim is claimed, at its full ttl.
+local function hand_out(L, h, now, told, pid)
+  if told then
+    h.told, h.pc = '1', ''
+  elseif pid ~= '' and h.told ~= '1' and not has_item(h.pc, pid) then
+    if h.pc == '' then
+      h.pc = pid
+    else
+      h.pc = h.pc .. ',' .. pid
+    end
+  end
+  if h.tk ~= '' then
+    h.tk = ''
+    set_deadline(L, h, h.ttl, now)
+  else
+    put(L, h, now)
+  end
 end
 
 -- End of lib.lua.

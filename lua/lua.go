@@ -1,16 +1,52 @@
-// Package lua holds Baton's Redis scripts, one file per operation. Each file starts
-// with a comment block naming its KEYS, ARGV and replies; lib.lua holds the helpers
-// and key layout they share and is prepended to every script here, so each script
-// stays a single atomic call.
+// Package lua holds Baton's Redis scripts, one file per operation, each defining
+// a function of (KEYS, ARGV) and headed by a comment block naming its KEYS, ARGV
+// and replies. lib.lua (the key layout and the helpers of the lock scripts) and
+// session_lib.lua come first.
+//
+// Build puts them together two ways: as one Redis Functions library (FUNCTION
+// LOAD once per server, then FCALL), so the helpers are made once, not on every
+// call; and as one EVAL script per operation, for a server without FUNCTION
+// (the embedded store).
 package lua
 
 import (
+	"crypto/sha1"
 	_ "embed"
+	"encoding/hex"
+	"maps"
+	"slices"
 	"strconv"
+	"strings"
 )
 
-//go:embed lib.lua
-var lib string
+var (
+	//go:embed lib.lua
+	lib string
+	//go:embed session_lib.lua
+	sessionLib string
+)
+
+// Ops are the operations, by name (the name of the function each file defines).
+var Ops = map[string]string{
+	"acquire":        acquire,
+	"renew":          renew,
+	"release":        release,
+	"force":          force,
+	"state":          state,
+	"poll":           poll,
+	"cancel":         cancel,
+	"poke":           poke,
+	"undo":           undo,
+	"session_holds":  sessionHolds,
+	"session_create": sessionCreate,
+	"session_get":    sessionGet,
+	"session_join":   sessionJoin,
+	"session_leave":  sessionLeave,
+	"session_renew":  sessionRenew,
+	"session_end":    sessionEnd,
+	"session_check":  sessionCheck,
+	"session_finish": sessionFinish,
+}
 
 var (
 	//go:embed acquire.lua
@@ -29,18 +65,10 @@ var (
 	cancel string
 	//go:embed poke.lua
 	poke string
-	//go:embed abandon.lua
-	abandon string
-	//go:embed unpoll.lua
-	unpoll string
+	//go:embed undo.lua
+	undo string
 	//go:embed session_holds.lua
 	sessionHolds string
-)
-
-//go:embed session_lib.lua
-var sessionLib string
-
-var (
 	//go:embed session_create.lua
 	sessionCreate string
 	//go:embed session_get.lua
@@ -59,38 +87,9 @@ var (
 	sessionFinish string
 )
 
-// Script sources, each with lib.lua prepended. Compose makes them runnable.
-var (
-	Acquire = lib + acquire
-	Renew   = lib + renew
-	Release = lib + release
-	Force   = lib + force
-	State   = lib + state
-	Poll    = lib + poll
-	Cancel  = lib + cancel
-	Poke    = lib + poke
-	Abandon = lib + abandon
-	Unpoll  = lib + unpoll
-	// SessionHolds acts on a session's holds in one lock.
-	SessionHolds = lib + sessionHolds
-)
-
-// Session script sources (on a session's own slot), each with session_lib.lua
-// prepended. Compose makes them runnable.
-var (
-	SessionCreate = sessionLib + sessionCreate
-	SessionGet    = sessionLib + sessionGet
-	SessionJoin   = sessionLib + sessionJoin
-	SessionLeave  = sessionLib + sessionLeave
-	SessionRenew  = sessionLib + sessionRenew
-	SessionEnd    = sessionLib + sessionEnd
-	SessionCheck  = sessionLib + sessionCheck
-	SessionFinish = sessionLib + sessionFinish
-)
-
-// Settings are what lib.lua leaves to the loader (durations in milliseconds).
+// Settings are what the scripts leave to the loader (durations in milliseconds).
 type Settings struct {
-	FenceGuardMs       int64 // how long a lock's fence key outlives its last grant (BATON_FENCE_GUARD)
+	FenceGuardMs       int64 // how long a lock's key outlives its last grant (BATON_FENCE_GUARD)
 	IdempotencyGraceMs int64 // how long an Idempotency-Key is remembered after what it made ended
 	// Sharded makes the scripts announce with SPUBLISH (Redis Cluster's sharded
 	// pub/sub, whose messages stay on the shard of the lock's slot) instead of
@@ -101,14 +100,38 @@ type Settings struct {
 // Defaults are the settings of a store with default Options.
 var Defaults = Settings{FenceGuardMs: 3600000, IdempotencyGraceMs: 60000}
 
-// Compose returns a script source ready to load: src with the settings lib.lua
-// leaves to the loader defined ahead of it.
-func Compose(src string, set Settings) string {
+// Library is the scripts built for one set of Settings.
+type Library struct {
+	// Name is the Functions library's name, baton_ and a hash of its code, so
+	// that gateways of other versions or settings on one Redis each load their own.
+	Name string
+	Code string            // the FUNCTION LOAD body
+	Func map[string]string // operation -> its function's name in the library
+	Eval map[string]string // operation -> its EVAL script
+}
+
+// Build returns the scripts for set.
+func Build(set Settings) *Library {
 	publish := "PUBLISH"
 	if set.Sharded {
 		publish = "SPUBLISH"
 	}
-	return "local PUBLISH = '" + publish + "'\n" +
+	prelude := "local PUBLISH = '" + publish + "'\n" +
 		"local FENCE_GUARD_MS = " + strconv.FormatInt(set.FenceGuardMs, 10) + "\n" +
-		"local IDEMPOTENCY_GRACE_MS = " + strconv.FormatInt(set.IdempotencyGraceMs, 10) + "\n" + src
+		"local GRACE_MS = " + strconv.FormatInt(set.IdempotencyGraceMs, 10) + "\n" + lib + sessionLib
+	names := slices.Sorted(maps.Keys(Ops))
+	var body strings.Builder
+	body.WriteString(prelude)
+	for _, op := range names {
+		body.WriteString(Ops[op])
+	}
+	sum := sha1.Sum([]byte(body.String()))
+	l := &Library{Name: "baton_" + hex.EncodeToString(sum[:6]), Func: map[string]string{}, Eval: map[string]string{}}
+	for _, op := range names {
+		l.Func[op] = l.Name + "_" + op
+		body.WriteString("redis.register_function('" + l.Func[op] + "', " + op + ")\n")
+		l.Eval[op] = prelude + Ops[op] + "return " + op + "(KEYS, ARGV)\n"
+	}
+	l.Code = "#!lua name=" + l.Name + "\n" + body.String()
+	return l
 }

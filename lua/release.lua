@@ -2,28 +2,43 @@
 -- the lock in the same step to the head live tickets that now fit (or announce
 -- it: 'r' when nobody is queued, 'c' otherwise).
 --
--- KEYS: 1 lock, 2 fence, 3 queue (see lib.lua)
--- ARGV: 1 lease hash
---       2 by: the principal releasing
---       3 '1': release the whole count at once; '0': one hold
+-- KEYS: 1 the lock (lib.lua)
+-- ARGV: 1 not after: Redis ms past which this call changes nothing
+--       2 lease hash
+--       3 by: the principal releasing
+--       4 '1': release the whole count at once; '0': one hold
 -- Replies:
---   {'released', holds left, 1 if the hold ended else 0, its session's hash and
---    member there ('' for none: the gateway takes the member out of the session)}
+--   {'released', holds left, 1 if the hold ended else 0, its session's hash
+--    and member there ('' for none: the gateway takes the member out of the
+--    session)}
 --   {'not_held'}
-local now = now_ms()
-prune_shared(now)
-local lh = ARGV[1]
-local kind, key = find_hold(lh)
-if not kind or redis.call('HGET', key, 'by') ~= ARGV[2] then
-  return {'not_held'}
-end
-if ARGV[3] ~= '1' then
-  local left = redis.call('HINCRBY', key, 'count', -1)
-  if left > 0 then
-    return {'released', left, 0}
+--   {'expired'}     it ran after ARGV 1: nothing done
+
+local function release_hold(L, now, ARGV)
+  local kind, h = find(L, ARGV[2], now)
+  if not h or h.by ~= ARGV[3] then
+    return {'not_held'}
   end
+  if ARGV[4] ~= '1' and h.c > 1 then
+    h.c = h.c - 1
+    h.told, h.pc, h.tk = '1', '', '' -- its owner has it
+    put(L, h, now)
+    return {'released', h.c, 0}
+  end
+  end_hold(L, kind, h, now)
+  handoff(L, now, true)
+  return {'released', 0, 1, h.ss, h.sm}
 end
-local sess = redis.call('HMGET', key, 'ss', 'sm')
-end_hold(kind, key, lh, now)
-handoff(now, true)
-return {'released', 0, 1, sess[1] or '', sess[2] or ''}
+
+local function release(KEYS, ARGV)
+  local now = now_ms()
+  if expired(now, ARGV[1]) then
+    return {'expired'}
+  end
+  bind(KEYS[1])
+  local L = load(now)
+  prune(L, now)
+  local reply = release_hold(L, now, ARGV)
+  flush(L, now)
+  return reply
+end

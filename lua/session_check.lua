@@ -5,7 +5,11 @@
 -- KEYS: 1 session, 2 members (see session_lib.lua)
 -- ARGV: 1 by
 -- Replies: {'alive'} | {'gone'}
-if alive(now_ms(), ARGV[1]) then
-  return {'alive'}
+
+local function session_check(KEYS, ARGV)
+  bind_session(KEYS)
+  if alive(now_ms(), ARGV[1]) then
+    return {'alive'}
+  end
+  return {'gone'}
 end
-return {'gone'}

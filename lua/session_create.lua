@@ -10,20 +10,24 @@
 --   {'replayed', ttl, remaining, now, owner, members...}
 --   {'idem_used'}       it was created and has ended
 --   {'idem_mismatch'}   the key was used with another body
-local now = now_ms()
-local by, ttl, body = ARGV[1], tonumber(ARGV[2]), ARGV[4]
-if redis.call('EXISTS', sess) == 1 then
-  if redis.call('HGET', sess, 'b') ~= body or redis.call('HGET', sess, 'by') ~= by then
-    return {'idem_mismatch'}
-  end
-  if alive(now, by) then
-    if redis.call('HGET', sess, 'n') == ARGV[5] then
-      return session_reply('created', now)
+
+local function session_create(KEYS, ARGV)
+  bind_session(KEYS)
+  local now = now_ms()
+  local by, ttl, body = ARGV[1], tonumber(ARGV[2]), ARGV[4]
+  if redis.call('EXISTS', sess) == 1 then
+    if redis.call('HGET', sess, 'b') ~= body or redis.call('HGET', sess, 'by') ~= by then
+      return {'idem_mismatch'}
     end
-    return session_reply('replayed', now)
+    if alive(now, by) then
+      if redis.call('HGET', sess, 'n') == ARGV[5] then
+        return session_reply('created', now)
+      end
+      return session_reply('replayed', now)
+    end
+    return {'idem_used'}
   end
-  return {'idem_used'}
+  redis.call('HSET', sess, 'by', by, 'ttl', ttl, 'owner', ARGV[3], 'dl', str(now + ttl), 'b', body, 'n', ARGV[5])
+  redis.call('PEXPIRE', sess, ttl + grace())
+  return session_reply('created', now)
 end
-redis.call('HSET', sess, 'by', by, 'ttl', ttl, 'owner', ARGV[3], 'dl', str(now + ttl), 'b', body, 'n', ARGV[5])
-redis.call('PEXPIRE', sess, ttl + grace())
-return session_reply('created', now)

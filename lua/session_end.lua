@@ -8,12 +8,16 @@
 -- Replies:
 --   {'ended', ttl, 0, now, owner, members...}
 --   {'gone'}
-local now = now_ms()
-local s = redis.call('HMGET', sess, 'by', 'dl')
-if s[1] ~= ARGV[1] or (tonumber(s[2]) or 0) < now and s[2] ~= '0' then
-  return {'gone'}
+
+local function session_end(KEYS, ARGV)
+  bind_session(KEYS)
+  local now = now_ms()
+  local s = redis.call('HMGET', sess, 'by', 'dl')
+  if s[1] ~= ARGV[1] or (tonumber(s[2]) or 0) < now and s[2] ~= '0' then
+    return {'gone'}
+  end
+  redis.call('HSET', sess, 'dl', '0')
+  local out = session_reply('ended', now)
+  out[3] = 0
+  return out
 end
-redis.call('HSET', sess, 'dl', '0')
-local out = session_reply('ended', now)
-out[3] = 0
-return out

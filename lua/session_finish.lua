@@ -6,13 +6,17 @@
 -- KEYS: 1 session, 2 members (see session_lib.lua)
 -- ARGV: 1 by
 -- Replies: {'finished'}
-if redis.call('HGET', sess, 'by') == ARGV[1] and redis.call('HGET', sess, 'dl') == '0' then
-  redis.call('DEL', members)
-  if grace() > 0 then
-    redis.call('HSET', sess, 'dl', '-1')
-    redis.call('PEXPIRE', sess, grace())
-  else
-    redis.call('DEL', sess)
+
+local function session_finish(KEYS, ARGV)
+  bind_session(KEYS)
+  if redis.call('HGET', sess, 'by') == ARGV[1] and redis.call('HGET', sess, 'dl') == '0' then
+    redis.call('DEL', members)
+    if grace() > 0 then
+      redis.call('HSET', sess, 'dl', '-1')
+      redis.call('PEXPIRE', sess, grace())
+    else
+      redis.call('DEL', sess)
+    end
   end
+  return {'finished'}
 end
-return {'finished'}

@@ -5,8 +5,12 @@
 -- Replies:
 --   {'session', ttl, remaining, now, owner, members...}
 --   {'gone'}    expired, ended, unknown, or another principal's
-local now = now_ms()
-if not alive(now, ARGV[1]) then
-  return {'gone'}
+
+local function session_get(KEYS, ARGV)
+  bind_session(KEYS)
+  local now = now_ms()
+  if not alive(now, ARGV[1]) then
+    return {'gone'}
+  end
+  return session_reply('session', now)
 end
-return session_reply('session', now)

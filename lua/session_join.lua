@@ -7,13 +7,17 @@
 -- Replies:
 --   {'joined', remaining ms}
 --   {'gone'}
-local now = now_ms()
-if not alive(now, ARGV[1]) then
-  return {'gone'}
+
+local function session_join(KEYS, ARGV)
+  bind_session(KEYS)
+  local now = now_ms()
+  if not alive(now, ARGV[1]) then
+    return {'gone'}
+  end
+  local remaining = tonumber(redis.call('HGET', sess, 'dl')) - now
+  local pending = now + tonumber(ARGV[3])
+  local was = tonumber(redis.call('HGET', members, ARGV[2]) or '0')
+  redis.call('HSET', members, ARGV[2], str(math.max(pending, was)))
+  redis.call('PEXPIRE', members, math.max(remaining, 1))
+  return {'joined', remaining}
 end
-local remaining = tonumber(redis.call('HGET', sess, 'dl')) - now
-local pending = now + tonumber(ARGV[3])
-local was = tonumber(redis.call('HGET', members, ARGV[2]) or '0')
-redis.call('HSET', members, ARGV[2], str(math.max(pending, was)))
-redis.call('PEXPIRE', members, math.max(remaining, 1))
-return {'joined', remaining}

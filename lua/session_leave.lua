@@ -5,12 +5,16 @@
 -- KEYS: 1 session, 2 members (see session_lib.lua)
 -- ARGV: 1 'now' | 'pruned', then members
 -- Replies: {'left', how many}
-local now = now_ms()
-local n = 0
-for i = 2, #ARGV do
-  local until_ms = tonumber(redis.call('HGET', members, ARGV[i]) or '')
-  if until_ms and (ARGV[1] == 'now' or until_ms < now) then
-    n = n + redis.call('HDEL', members, ARGV[i])
+
+local function session_leave(KEYS, ARGV)
+  bind_session(KEYS)
+  local now = now_ms()
+  local n = 0
+  for i = 2, #ARGV do
+    local until_ms = tonumber(redis.call('HGET', members, ARGV[i]) or '')
+    if until_ms and (ARGV[1] == 'now' or until_ms < now) then
+      n = n + redis.call('HDEL', members, ARGV[i])
+    end
   end
+  return {'left', n}
 end
-return {'left', n}

@@ -1,4 +1,5 @@
--- session_lib.lua: helpers shared by the session scripts, prepended like lib.lua.
+-- session_lib.lua: helpers shared by the session scripts (which also use
+-- lib.lua's str and now_ms); loaded with them, as lib.lua is.
 --
 -- KEYS, the same for every session script (prefix P, session hash S, the
 -- SHA-256 of the session id; the {S} hash tag puts both in one slot):
@@ -6,7 +7,7 @@
 --                       owner, dl (deadline, Redis ms; 0 once ended, -1 once
 --                       finished), b (the
 --                       creating request's body hash, for its Idempotency-Key);
---                       PEXPIRE = its deadline, plus IDEMPOTENCY_GRACE_MS when it
+--                       PEXPIRE = its deadline, plus GRACE_MS when it
 --                       was made with an Idempotency-Key, so that a retry of its
 --                       creation after it ended is told so
 --   KEYS[2]  P:s:{S}:h  its members, a hash: '<nonce>:<lock name>' -> the time
@@ -18,22 +19,18 @@
 -- A session lives while Redis time <= dl; an ended one has dl 0 and keeps its
 -- members until its holds are released (session_finish.lua), so that a DELETE
 -- cut short can be sent again; a finished one kept for the grace has dl -1.
-local sess, members = KEYS[1], KEYS[2]
+local sess, members
 
-local function str(n)
-  return string.format('%.0f', n)
-end
-
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- bind_session points the helpers at the session of KEYS.
+local function bind_session(k)
+  sess, members = k[1], k[2]
 end
 
 -- grace is how long the session key outlives the session: the Idempotency-Key
 -- grace when it was made with a key, else nothing.
 local function grace()
   if (redis.call('HGET', sess, 'b') or '') ~= '' then
-    return IDEMPOTENCY_GRACE_MS
+    return GRACE_MS
   end
   return 0
 end

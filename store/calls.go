@@ -4,76 +4,169 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// The calls whose failure may leave something to undo (an acquire, a ticket
-// poll) go through runCall, which retries one whose connection broke (as run
-// does) and remembers, across both attempts, whether the script may have run
-// or may still run: a call that never left this process (the connection was
-// refused, the health gate is closed, the pool had no connection) is a
-// definite failure, and nothing of it is undone.
+// Late copies, one rule. A script call whose connection broke or timed out
+// may still run later: its bytes are in the kernel's buffers, and a frozen
+// Redis runs them when it wakes. Every call that changes a lock therefore
+// carries a "not after" on the Redis clock (clock.go), under the read timeout,
+// and a script past it changes nothing ('expired'). The store decides what an
+// unknown outcome meant only once that deadline has passed: then no copy can
+// run any more, so a call sent again, a read or an undo sees the final state,
+// and nothing needs to remember the copies (no tombstones).
 
-// callError is a failed call of runCall.
+// call is one script call: its operation, keys, and ARGV for a "not after".
+type call struct {
+	op   *scriptOp
+	name string // names the call's span when traced; default the operation's
+	keys []string
+	args func(notAfter string) []any
+	// again: an attempt whose outcome is unknown may be sent again once its
+	// deadline has passed (the script recognises its own ids and answers
+	// what the first attempt made). Re-entry, release and force may not.
+	again bool
+	// grant: the reply may tell a client it holds a lock or hand a lock on,
+	// so with WaitReplicas it is used only after WAIT.
+	grant bool
+	// timeless: the script takes no "not after" (it only applies what time
+	// has done, or is harmless whenever it runs): no stamp, and an attempt
+	// with an unknown outcome is sent again at once when again is set.
+	timeless bool
+}
+
+// callError is a failed call. unknown: an attempt may have run, or may still
+// have run until its deadline, which has passed by the time this is returned.
 type callError struct {
-	err      error
-	maybeRan bool // an attempt may have reached Redis, or may still
+	err     error
+	unknown bool
 }
 
 func (e *callError) Error() string { return e.err.Error() }
 func (e *callError) Unwrap() error { return e.err }
 
-// runCall runs a script as runGrant does (grant: its reply may tell a client it
-// holds a lock), retrying it once when retry is set and its connection broke.
-// A failure is a *callError.
-func (s *Store) runCall(ctx context.Context, sc *redis.Script, op string, keys []string, grant, retry bool, args ...any) (reply, error) {
-	// Both attempts under one hold of s.gate, as in call: Close waits for them,
-	// and so for the undo a failure queues.
+// unknown reports an error after which what the call may have made is
+// unknown to its caller (and must be undone or answered another way).
+func unknown(err error) bool {
+	var ce *callError
+	return errors.As(err, &ce) && ce.unknown
+}
+
+// run makes the call and decodes its reply. A failure is a *callError.
+// Errors: ErrUnavailable once the store is closed, and those of tries.
+func (s *Store) run(ctx context.Context, c call) (reply, error) {
 	s.gate.RLock()
 	defer s.gate.RUnlock()
 	if s.closed {
-		return reply{}, &callError{err: fmt.Errorf("%s: store closed: %w", op, ErrUnavailable)}
+		return reply{}, &callError{err: fmt.Errorf("%s: store closed: %w", c.op.name, ErrUnavailable)}
 	}
-	if s.opt.Gate.Down() {
-		return reply{}, &callError{err: fmt.Errorf("%s: %w: redis is down (health gate)", op, ErrUnavailable)}
-	}
-	ran := false
+	return s.tries(ctx, c)
+}
+
+// tries makes the call: a second attempt when the first was never sent, or
+// (with c.again) once the first's outcome stayed unknown past its deadline.
+func (s *Store) tries(ctx context.Context, c call) (reply, error) {
+	ran := false // an attempt may have run
 	for attempt := 0; ; attempt++ {
-		rep, err, raw := s.attempt(ctx, sc, op, keys, grant && s.opt.WaitReplicas > 0, args)
-		if raw == nil {
-			if err != nil && ran {
-				// The retry is answered with a failure ('expired', a reply it
-				// cannot read), but the first attempt may have run, in time:
-				// what it did is still to undo.
-				return reply{}, &callError{err: err, maybeRan: true}
-			}
-			rep.echo = ran
-			return rep, err
+		if s.opt.Gate.Down() {
+			return reply{}, &callError{err: fmt.Errorf("%s: %w: redis is down (health gate)", c.op.name, ErrUnavailable),
+				unknown: ran}
 		}
-		ran = ran || mayHaveRun(raw)
-		if retry && attempt == 0 && ctx.Err() == nil && isConnError(raw) && !s.opt.Gate.Down() {
+		var st stamp
+		if !c.timeless {
+			var err error
+			if st, err = s.stamp(ctx, c.keys[0]); err != nil {
+				return reply{}, &callError{err: fmt.Errorf("%s: %w", c.op.name, err), unknown: ran}
+			}
+		}
+		rep, err, raw := s.attempt(ctx, c, st.notAfter)
+		switch {
+		case raw == nil && err == nil && rep.code == "expired":
+			// Definite: it changed nothing. The clock estimate may be off
+			// (the Redis clock stepped): sample it again, and try once more.
+			if attempt == 0 {
+				if clk, rc := s.clockOf(c.keys[0]); clk != nil {
+					sampleClock(context.WithoutCancel(ctx), rc, clk)
+				}
+				continue
+			}
+			return reply{}, &callError{err: fmt.Errorf("%s: %w: %w", c.op.name, ErrUnavailable, errExpired), unknown: ran}
+		case raw == nil && err != nil && ran:
+			return reply{}, &callError{err: err, unknown: true}
+		case raw == nil:
+			return rep, err
+		case !mayHaveRun(raw):
+			// Never sent: definite, and safe to send again once.
+			if attempt == 0 && ctx.Err() == nil && isConnError(raw) && !s.opt.Gate.Down() {
+				continue
+			}
+			return reply{}, &callError{err: err, unknown: ran}
+		}
+		// Unknown: wait until no copy of it can run any more.
+		ran = true
+		if !c.timeless {
+			wait(st.passed)
+		}
+		if c.again && attempt == 0 && ctx.Err() == nil && !s.opt.Gate.Down() {
 			continue
 		}
-		return reply{}, &callError{err: err, maybeRan: ran}
+		return reply{}, &callError{err: err, unknown: true}
 	}
+}
+
+// wait sleeps until t.
+func wait(t time.Time) {
+	if d := time.Until(t); d > 0 {
+		time.Sleep(d)
+	}
+}
+
+// attempt sends a call once. raw is the client's error when it got no reply.
+// The call does not end when the request's client goes away (its context
+// keeps only its values): its reply is what decides what the request made.
+func (s *Store) attempt(ctx context.Context, c call, notAfter string) (rep reply, err, raw error) {
+	name := c.name
+	if name == "" {
+		name = c.op.name
+	}
+	ctx = context.WithValue(context.WithoutCancel(ctx), opKey{}, name) // names its span when traced (trace.go)
+	args := c.args(notAfter)
+	var v []any
+	if c.grant && s.opt.WaitReplicas > 0 {
+		v, raw = s.evalWait(ctx, c.op, c.keys, args)
+	} else {
+		v, raw = s.exec(ctx, c.op, c.keys, args)
+	}
+	if raw == nil {
+		rep, err := decodeReply(v)
+		return rep, err, nil
+	}
+	var rerr redis.Error
+	if errors.As(raw, &rerr) && !isConnError(raw) {
+		// An error reply: the script ran (and failed) or never ran; either way
+		// it is over.
+		return reply{}, s.storeErr(c.op.name, raw), nil
+	}
+	s.clusterErr(raw)
+	if isDialError(raw) {
+		// Redis refuses connections (or they time out): keep everyone else away
+		// until it answers again. A broken connection alone is not that: the
+		// next call dials a new one.
+		s.opt.Gate.close()
+	}
+	return reply{}, s.storeErr(c.op.name, raw), raw
 }
 
 // mayHaveRun reports whether an attempt that got no reply (raw, the client's
-// error) may have reached Redis, or may still: a timeout, a broken
-// connection, a context ended in flight. An error reply from Redis is
-// definite, and so is a failure before anything was sent: a refused or
-// timed-out dial, a pool with no connection to give.
+// error) may have reached Redis: a timeout, a broken connection. A failure
+// before anything was sent is definite: a refused or timed-out dial, a pool
+// with no connection to give.
 func mayHaveRun(raw error) bool {
-	var rerr redis.Error
-	return !errors.As(raw, &rerr) && !isDialError(raw) && !errors.Is(raw, redis.ErrPoolTimeout)
+	return !isDialError(raw) && !errors.Is(raw, redis.ErrPoolTimeout) && !errors.Is(raw, redis.ErrClosed)
 }
 
-// uncertain reports whether a failed call may still have run in Redis (or run
-// later), so that what it may have done must be undone, and a tombstone must
-// stop it should it run after the undo. Only runCall's failures can be; every
-// other error is definite.
-func uncertain(err error) bool {
-	var ce *callError
-	return errors.As(err, &ce) && ce.maybeRan
-}
+// errExpired: a call reached the store after its "not after" and changed
+// nothing; definite, so nothing is undone.
+var errExpired = errors.New("call reached the store too late")

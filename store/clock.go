@@ -2,33 +2,94 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// The store estimates the Redis server's clock, to give every call that can
-// grant a deadline on that clock after which it must change nothing ("not
-// after"): a call whose client was told it failed (a timeout) may reach Redis
-// much later (a TCP segment retransmitted after a partition heals), after its
-// undo (abandon.lua) and its tombstone are long gone. The estimate is the
-// offset between TIME and this process's clock, sampled at Ready and every
-// clockEvery, and again at once when a call came back expired. On a Redis
-// Cluster every master has a clock of its own, sampled apart: a call's
-// deadline is on the clock of the master of its lock's slot.
+// The store estimates the Redis server's clock, to stamp every call that
+// changes a lock with a "not after" on that clock (calls.go). The estimate is
+// the offset between TIME and this process's clock, sampled at start, every
+// clockEvery, and again at once when a call came back expired; its error
+// bound is half the sample's round trip, plus drift since (clockDriftPPM).
+// On a Redis Cluster every master has a clock of its own, sampled apart: a
+// call's deadline is on the clock of the master of its lock's slot.
 
-// callBudget is how long after it is sent a call may still run: the store's
-// worst call (both attempts) and a margin for the clock estimate.
-const callBudget = WorstCall + 2*time.Second
+// callBudget is how long after it is stamped a call may still change
+// anything: well under the client's 2 s read timeout, so that by the time an
+// attempt times out its deadline has passed, and a broken connection is
+// decided at most this long (plus the bound) after the call was sent.
+const callBudget = 1500 * time.Millisecond
 
-// clockEvery is how often the offset is sampled.
-const clockEvery = 5 * time.Second
+// maxClockError is the widest error bound the store stamps with; past it, it
+// refuses the call (ErrUnavailable) and samples the clock again.
+const maxClockError = 200 * time.Millisecond
 
+// clockEvery is how often the offset is sampled; clockDriftPPM bounds how far
+// the two clocks may drift apart between samples.
+const (
+	clockEvery    = 5 * time.Second
+	clockDriftPPM = 1000
+)
+
+// redisClock is one server's clock: an estimate and when it was made.
 type redisClock struct {
-	offset atomic.Int64 // Redis ms minus local ms
-	known  atomic.Bool
+	mu     sync.Mutex // one sample at a time
+	sample atomic.Pointer[clockSample]
+}
+
+type clockSample struct {
+	offset time.Duration // Redis time minus local time
+	err    time.Duration // half the sample's round trip
+	at     time.Time     // local time of the sample
+}
+
+// bound is the estimate's error bound at local time now.
+func (c *clockSample) bound(now time.Time) time.Duration {
+	return c.err + time.Millisecond + now.Sub(c.at)*clockDriftPPM/1_000_000
+}
+
+// stamp is the "not after" of one attempt: a Redis time, and the local time
+// after which it has surely passed on that Redis.
+type stamp struct {
+	notAfter string
+	passed   time.Time
+}
+
+// stamp stamps a call on key's Redis: its estimated time plus callBudget.
+// Without an estimate it samples one first. Errors: ErrUnavailable when the
+// clock cannot be read or the estimate's error bound is too wide.
+func (s *Store) stamp(ctx context.Context, key string) (stamp, error) {
+	clk, c := s.clockOf(key)
+	if clk == nil && s.cluster != nil {
+		// The store's slot map is not loaded yet: ask the cluster client.
+		if node, err := s.cluster.MasterForKey(ctx, key); err == nil {
+			v, _ := s.clocks.LoadOrStore(node.Options().Addr, &redisClock{})
+			clk, c = v.(*redisClock), node
+		}
+	}
+	if clk == nil {
+		return stamp{}, fmt.Errorf("%w: no clock for the lock's master", ErrUnavailable)
+	}
+	cs := clk.sample.Load()
+	if cs == nil {
+		sampleClock(ctx, c, clk)
+		if cs = clk.sample.Load(); cs == nil {
+			return stamp{}, fmt.Errorf("%w: the Redis clock cannot be read", ErrUnavailable)
+		}
+	}
+	now := time.Now()
+	b := cs.bound(now)
+	if b > maxClockError {
+		go s.syncClock(context.WithoutCancel(ctx))
+		return stamp{}, fmt.Errorf("%w: the Redis clock's estimate is off by up to %v", ErrUnavailable, b)
+	}
+	notAfter := now.Add(cs.offset + callBudget)
+	return stamp{notAfter: strconv.FormatInt(notAfter.UnixMilli(), 10), passed: now.Add(callBudget + 2*b + time.Millisecond)}, nil
 }
 
 // syncClock samples the offset with TIME (of every master, on a cluster).
@@ -43,44 +104,45 @@ func (s *Store) syncClock(ctx context.Context) {
 	}
 }
 
+// sampleClock takes one sample, which replaces the last: a clock that stepped
+// is followed at once.
 func sampleClock(ctx context.Context, c redis.Cmdable, clk *redisClock) {
+	clk.mu.Lock()
+	defer clk.mu.Unlock()
 	t0 := time.Now()
 	tm, err := c.Time(ctx).Result()
 	if err != nil {
 		return
 	}
-	mid := t0.Add(time.Since(t0) / 2)
-	clk.offset.Store(tm.UnixMilli() - mid.UnixMilli())
-	clk.known.Store(true)
+	t1 := time.Now()
+	half := t1.Sub(t0) / 2
+	clk.sample.Store(&clockSample{offset: tm.Sub(t0.Add(half)), err: half, at: t0.Add(half)})
 }
 
-// clockOf is the clock of the Redis that holds key: nil while it has no
-// estimate.
-func (s *Store) clockOf(key string) *redisClock {
-	clk := &s.clock
-	if s.topo != nil {
-		v, ok := s.clocks.Load(s.topo.master(key))
-		if !ok {
-			return nil
-		}
-		clk = v.(*redisClock)
+// clockOf is the clock of the Redis that holds key, and a client of it; nil
+// when the key's master is not known yet (a cluster's slot map not loaded).
+func (s *Store) clockOf(key string) (*redisClock, redis.Cmdable) {
+	if s.topo == nil {
+		return &s.clock, s.rdb
 	}
-	if !clk.known.Load() {
-		return nil
+	addr := s.topo.master(key)
+	if addr == "" {
+		return nil, nil
 	}
-	return clk
+	v, _ := s.clocks.LoadOrStore(addr, &redisClock{})
+	return v.(*redisClock), s.topo.node(addr)
 }
 
 // clockKnown reports whether there is an estimate (of every master, on a
 // cluster whose slot map is loaded).
 func (s *Store) clockKnown() bool {
 	if s.topo == nil {
-		return s.clock.known.Load()
+		return s.clock.sample.Load() != nil
 	}
 	masters := s.topo.masters()
 	for _, addr := range masters {
 		v, ok := s.clocks.Load(addr)
-		if !ok || !v.(*redisClock).known.Load() {
+		if !ok || v.(*redisClock).sample.Load() == nil {
 			return false
 		}
 	}
@@ -91,7 +153,7 @@ func (s *Store) clockKnown() bool {
 func (s *Store) syncNewClocks(ctx context.Context) {
 	for _, addr := range s.topo.masters() {
 		v, _ := s.clocks.LoadOrStore(addr, &redisClock{})
-		if clk := v.(*redisClock); !clk.known.Load() {
+		if clk := v.(*redisClock); clk.sample.Load() == nil {
 			sampleClock(ctx, s.topo.node(addr), clk)
 		}
 	}
@@ -99,7 +161,7 @@ func (s *Store) syncNewClocks(ctx context.Context) {
 
 // runClock samples the offset until the store closes; on a cluster, also a
 // master's as soon as the slot map names one it has no estimate of (a
-// promoted replica: until then its calls would go without a deadline).
+// promoted replica).
 func (s *Store) runClock() {
 	changed := make(chan struct{}, 1)
 	if s.topo != nil {
@@ -134,25 +196,13 @@ func (s *Store) runClock() {
 	}
 }
 
-// notAfter is the "not after" argument of a call sent now on the lock key:
-// the estimated time of its Redis plus callBudget, or "" while there is no
-// estimate.
-func (s *Store) notAfter(key string) string {
-	clk := s.clockOf(key)
-	if clk == nil {
-		return ""
-	}
-	now := time.Now().Add(time.Duration(clk.offset.Load()) * time.Millisecond)
-	return strconv.FormatInt(now.Add(callBudget).UnixMilli(), 10)
-}
-
 // handoffLatency is how long ago, by this process's clock, the grant g on the
 // lock key was made on its Redis's: the grant time moved to this clock by the
 // offset, or, while there is no estimate, the time since its message arrived.
 func (s *Store) handoffLatency(key string, g *grantMsg) time.Duration {
-	clk := s.clockOf(key)
-	if clk == nil {
+	clk, _ := s.clockOf(key)
+	if clk == nil || clk.sample.Load() == nil {
 		return time.Since(g.recv)
 	}
-	return max(time.Since(g.at.Add(-time.Duration(clk.offset.Load())*time.Millisecond)), 0)
+	return max(time.Since(g.at.Add(-clk.sample.Load().offset)), 0)
 }

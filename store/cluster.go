@@ -141,36 +141,6 @@ type onceCmd struct{ *redis.Cmd }
 // NoRetry implements redis.Cmder.
 func (onceCmd) NoRetry() bool { return true }
 
-// onceScripter is the cluster client as a redis.Scripter whose EVAL and
-// EVALSHA are each sent at most once: Script.Run on it is Script.Run on the
-// cluster client (EVALSHA, then EVAL when the node lacks the script) without
-// go-redis's retries after a connection error.
-type onceScripter struct{ *redis.ClusterClient }
-
-func (c onceScripter) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	return c.once(ctx, "eval", script, keys, args)
-}
-
-func (c onceScripter) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	return c.once(ctx, "evalsha", sha1, keys, args)
-}
-
-func (c onceScripter) once(ctx context.Context, name, body string, keys []string, args []any) *redis.Cmd {
-	a := make([]any, 0, 3+len(keys)+len(args))
-	a = append(a, name, body, len(keys))
-	for _, k := range keys {
-		a = append(a, k)
-	}
-	a = append(a, args...)
-	for attempt := 0; ; attempt++ {
-		cmd := onceCmd{redis.NewCmd(ctx, a...)}
-		_ = c.Process(ctx, cmd)
-		if !tryAgain(ctx, cmd.Err(), attempt) {
-			return cmd.Cmd
-		}
-	}
-}
-
 // tryAgainBudget bounds how long a call waits out a slot's migration.
 const tryAgainBudget = 2 * time.Second
 
@@ -211,41 +181,6 @@ func tryAgainPause(attempt int) time.Duration {
 		}
 		spent += p
 	}
-}
-
-// oncePipe is a pipeline whose EVAL and EVALSHA are each sent at most once,
-// as onceScripter's: go-redis's cluster client sends a node's batch again
-// after a connection error or timeout (up to MaxRedirects times, each waiting
-// out the read timeout) unless one of its commands says NoRetry.
-type oncePipe struct{ redis.Pipeliner }
-
-// pipeScripter is p for scripts: on a cluster, a oncePipe (one Redis keeps
-// its client's MaxRetries).
-func (s *Store) pipeScripter(p redis.Pipeliner) redis.Scripter {
-	if s.cluster == nil {
-		return p
-	}
-	return oncePipe{p}
-}
-
-func (p oncePipe) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	return p.once(ctx, "eval", script, keys, args)
-}
-
-func (p oncePipe) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	return p.once(ctx, "evalsha", sha1, keys, args)
-}
-
-func (p oncePipe) once(ctx context.Context, name, body string, keys []string, args []any) *redis.Cmd {
-	a := make([]any, 0, 3+len(keys)+len(args))
-	a = append(a, name, body, len(keys))
-	for _, k := range keys {
-		a = append(a, k)
-	}
-	a = append(a, args...)
-	cmd := onceCmd{redis.NewCmd(ctx, a...)}
-	_ = p.Process(ctx, cmd)
-	return cmd.Cmd
 }
 
 // topology is the store's own map of slots to masters, and a client per
@@ -523,7 +458,7 @@ func redirect(err error) (kind string, slotNo int, addr string, ok bool) {
 // one connection to the slot's master. A MOVED reply sends the pipeline to the
 // new master, an ASK reply to the importing one behind ASKING (neither ran the
 // script); NOSCRIPT sends it again with EVAL.
-func (s *Store) evalWaitCluster(ctx context.Context, sc *redis.Script, keys []string, args []any) (v []any, acked int64, waitErr error, err error) {
+func (s *Store) evalWaitCluster(ctx context.Context, op *scriptOp, keys []string, args []any) (v []any, acked int64, waitErr error, err error) {
 	addr := s.topo.master(keys[0])
 	if addr == "" {
 		c, err := s.cluster.MasterForKey(ctx, keys[0])
@@ -532,8 +467,7 @@ func (s *Store) evalWaitCluster(ctx context.Context, sc *redis.Script, keys []st
 		}
 		addr = c.Options().Addr
 	}
-	asking := false
-	eval := sc.EvalSha
+	asking, eval := false, false
 	tries := 0 // TRYAGAIN replies waited out
 	for i := 0; i < 8; i++ {
 		var script, wait *redis.Cmd
@@ -541,7 +475,8 @@ func (s *Store) evalWaitCluster(ctx context.Context, sc *redis.Script, keys []st
 			if asking {
 				p.Do(ctx, "asking")
 			}
-			script = eval(ctx, p, keys, args...)
+			script = onceCmd{redis.NewCmd(ctx, s.ss.cmdArgs(op, eval, keys, args)...)}.Cmd
+			_ = p.Process(ctx, onceCmd{script})
 			if asking {
 				p.Do(ctx, "asking")
 			}
@@ -556,8 +491,7 @@ func (s *Store) evalWaitCluster(ctx context.Context, sc *redis.Script, keys []st
 			addr, asking = to, kind == "ASK"
 			continue
 		}
-		if redis.HasErrorPrefix(script.Err(), "NOSCRIPT") {
-			eval = sc.Eval
+		if s.resend(ctx, script.Err(), keys[0], &eval) {
 			continue
 		}
 		if tryAgain(ctx, script.Err(), tries) {

@@ -2,8 +2,6 @@ package store_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"testing"
 	"time"
@@ -49,7 +47,7 @@ func TestHandoffTTLFromRedisClock(t *testing.T) {
 		}()
 		// Release once the poll is in flight (Redis has its poll deadline).
 		deadline := time.Now().Add(5 * time.Second)
-		for m.HGet("k:{x}:t:"+hashOf(q.Ticket.ID), "p") == "0" || m.HGet("k:{x}:t:"+hashOf(q.Ticket.ID), "p") == "" {
+		for s.PollsInFlight(ctx, "x", q.Ticket.ID) == 0 {
 			if time.Now().After(deadline) {
 				t.Fatal("the poll never reached Redis")
 			}
@@ -94,10 +92,12 @@ func TestNothingForAClientGone(t *testing.T) {
 	}
 	keys := rdb.Keys(bg, prefix+":*").Val()
 	for _, k := range keys {
-		// (The holder's grant leaves its tombstone, with or without a clock estimate.)
-		if k != prefix+":{busy}" && k != prefix+":{busy}:fence" && k != prefix+":{busy}:x:"+hashOf(h.Lease.ID) {
+		if k != s.LockKey("busy") {
 			t.Errorf("key %s left by a client already gone", k)
 		}
+	}
+	if st, err := s.State(bg, "busy"); err != nil || st.Holders != 1 || st.Waiters != 0 || st.Fence != h.Lease.Fence {
+		t.Errorf("busy after clients already gone asked for it: %+v %v, want only the holder", st, err)
 	}
 }
 
@@ -130,8 +130,9 @@ func TestCloseWaitsForCallsInFlight(t *testing.T) {
 		t.Fatal("Close returned while a call was in flight")
 	case <-time.After(time.Second):
 	}
-	// The call times out (twice: it is retried once); Close still waits, for the
-	// undo of what it may have been granted, until Redis answers.
+	// The call times out (twice: it is sent again once its deadline has
+	// passed); Close still waits, for the undo of what it may have been
+	// granted, until Redis answers.
 	if err := <-done; !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("acquire during the freeze: %v, want ErrUnavailable", err)
 	}
@@ -142,13 +143,8 @@ func TestCloseWaitsForCallsInFlight(t *testing.T) {
 	}
 	srv.Thaw()
 	<-closed
-	c := srv.Client(t)
-	if n := c.Exists(context.Background(), prefix+":{x}").Val(); n != 0 {
-		t.Fatalf("lock held (ttl %v) after Close: a hold nobody knows", c.PTTL(context.Background(), prefix+":{x}").Val())
+	other := newStoreOn(t, srv, store.Options{Prefix: prefix})
+	if st, err := other.State(context.Background(), "x"); err != nil || st.Held {
+		t.Fatalf("lock after Close: %+v %v: a hold nobody knows", st, err)
 	}
-}
-
-func hashOf(id string) string {
-	sum := sha256.Sum256([]byte(id))
-	return hex.EncodeToString(sum[:])
 }

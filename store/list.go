@@ -12,14 +12,16 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/batonhq/baton/lua"
 	"github.com/redis/go-redis/v9"
 )
 
-// Listing locks (GET /v1/locks): a SCAN over the names' fence keys, which every
-// held or queued lock has (the fence key lives while a lock has holds or a
-// queue), in Redis's scan order, not name order. The cursor is Redis's own
-// (with the node's place on a cluster) and the names of the batch a page ended
-// in that it did not get to, so it survives other replicas and ends: SCAN
+// Listing locks (GET /v1/locks): a SCAN over the locks' keys, which every
+// held or queued lock has (a lock's key lives while it has holds or a queue,
+// and for the fence guard after), in Redis's scan order, not name order. The
+// cursor is Redis's own (with the node's place on a cluster) and the names of
+// the batch a page ended in that it did not get to, so it survives other
+// replicas and ends: SCAN
 // visits every key that exists from start to end of the iteration, and may
 // return a key twice, so a name can appear on two pages.
 //
@@ -228,7 +230,7 @@ func (s *Store) List(ctx context.Context, r ListRequest) (ListPage, error) {
 	if rest, err = take(rest); err != nil {
 		return ListPage{}, err
 	}
-	match := s.opt.Prefix + ":{" + r.Prefix + "*}:fence"
+	match := s.opt.Prefix + ":{" + r.Prefix + "*}"
 	count := int64(listScanCount)
 	for scans := 0; len(rest) == 0 && len(page.Locks) < limit && at.node < len(nodes) && scans < listMaxScans; scans++ {
 		keys, next, err := nodes[at.node].c.Scan(ctx, at.scan, match, count).Result()
@@ -237,7 +239,7 @@ func (s *Store) List(ctx context.Context, r ListRequest) (ListPage, error) {
 		}
 		var names []string
 		for _, k := range keys {
-			name := strings.TrimSuffix(strings.TrimPrefix(k, s.opt.Prefix+":{"), "}:fence")
+			name := strings.TrimSuffix(strings.TrimPrefix(k, s.opt.Prefix+":{"), "}")
 			if name > at.after && (r.Visible == nil || r.Visible(name)) {
 				names = append(names, name)
 			}
@@ -335,25 +337,11 @@ func (s *Store) states(ctx context.Context, names []string) ([]State, error) {
 	if len(names) == 0 {
 		return nil, nil
 	}
-	cmds := make([]*redis.Cmd, len(names))
-	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, n := range names {
-			cmds[i] = s.state.EvalSha(ctx, s.pipeScripter(p), s.keys(n), "", "")
-		}
-		return nil
-	})
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		// Scripts gone (Redis restarted): load and read one by one.
-		out := make([]State, 0, len(names))
-		for _, n := range names {
-			st, err := s.State(ctx, n)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, st)
-		}
-		return out, nil
+	keys, args := make([][]string, len(names)), make([][]any, len(names))
+	for i, n := range names {
+		keys[i], args[i] = []string{s.lockKey(n)}, lua.StateArgs{}.List()
 	}
+	cmds := s.execPipelined(ctx, s.ss.state, keys, args)
 	out := make([]State, 0, len(names))
 	for i, c := range cmds {
 		if redis.HasErrorPrefix(c.Err(), "TRYAGAIN") {

@@ -2,10 +2,10 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strconv"
 	"time"
+
+	"github.com/batonhq/baton/lua"
 )
 
 // Acquire grants a hold (exclusive, or shared with r.Shared), re-enters a held
@@ -47,16 +47,14 @@ func (s *Store) AcquireFunc(ctx context.Context, r AcquireRequest, f func(Acquir
 		return
 	}
 	if ids.member == "" {
-		s.acquire1(ctx, r, ids, f)
+		s.tryAcquire(ctx, r, ids, f)
 		return
 	}
-	u := ids.undo(r.Name)
-	s.acquire1(ctx, r, ids, func(res AcquireResult, err error) {
+	s.tryAcquire(ctx, r, ids, func(res AcquireResult, err error) {
 		if (res.Lease != nil || res.Ticket != nil) && !s.sessionAlive(ctx, r) {
 			// The session ended (a DELETE) between the member joining and the grant:
 			// what was made for it must not outlive it.
-			u.keep = false
-			s.undo(u)
+			s.undo(ids.undo(r))
 			f(AcquireResult{}, ErrSessionNotFound)
 			return
 		}
@@ -78,60 +76,53 @@ func tracked[T any](s *Store, f func(T, error)) func(T, error) {
 	}
 }
 
-func (s *Store) acquire1(ctx context.Context, r AcquireRequest, ids requestIDs, f func(AcquireResult, error)) {
-	mode := "new"
-	if r.Fair && (r.Wait <= 0 || s.shuttingDown()) {
+// tryAcquire makes the first try of an acquire and, when the lock is busy and
+// the request may wait, waits.
+func (s *Store) tryAcquire(ctx context.Context, r AcquireRequest, ids requestIDs, f func(AcquireResult, error)) {
+	mode, wait := "new", time.Duration(0)
+	switch {
+	case r.Fair && (r.Wait <= 0 || s.shuttingDown()):
 		// No wait: queue in the same call. With a wait, the first call only tries;
 		// the ticket is made once this process has a waiter slot for it.
 		mode = "fair"
+	case !r.Fair && !s.shuttingDown():
+		wait = r.Wait
 	}
-	made := ids.undo(r.Name)
-	args := s.acquireArgs(r, ids, ids.lh, mode, 0)
-	made.until = notAfterOf(args)
-	// Retried when the connection breaks: the script knows its own lease and
-	// ticket hashes, so a second run answers the first one's grant or ticket
-	// instead of leaving a lock held by a lease nobody was told of.
-	rep, err := s.runCall(ctx, s.acquire, "acquire", ids.keys(s, r.Name), true, true, args...)
+	rep, err := s.run(ctx, s.acquireCall(r, ids, mode, 0, wait))
 	if err != nil {
-		s.failed(made, err)
+		s.failed(ids.undo(r), err)
 		f(AcquireResult{}, err)
 		return
 	}
-	if res, err, done := s.settled(ctx, r, ids, rep); done {
-		if rep.echo && !made1(rep.code) {
-			s.echoed(made, err)
-		}
+	if res, err, done := s.answer(ctx, r, ids, rep); done {
 		f(res, err)
 		return
 	}
-	switch rep.code {
-	case "busy":
-		held := rep.held()
-		if r.Wait <= 0 || s.shuttingDown() {
-			s.count("held")
-			if rep.echo {
-				s.echoed(made, held)
-			}
-			f(AcquireResult{}, held)
-			return
-		}
-		if r.Fair {
-			s.waitFair(ctx, r, ids, rep.echo, f)
-			return
-		}
-		s.waitLock(ctx, r, ids, held, rep.echo, f)
+	held := rep.held()
+	switch {
+	case r.Wait <= 0 || s.shuttingDown():
+		s.count("held")
+		f(AcquireResult{}, held)
+	case r.Fair:
+		s.waitFair(ctx, r, ids, f)
 	default:
-		f(AcquireResult{}, unexpected("acquire", rep))
+		s.waitLock(ctx, r, ids, held, f)
 	}
 }
 
-// settled turns every acquire reply but 'busy' into its result; done is false
-// for 'busy'. A grant or ticket made for a client that has gone is undone.
-func (s *Store) settled(ctx context.Context, r AcquireRequest, ids requestIDs, rep reply) (AcquireResult, error, bool) {
+func (s *Store) acquireCall(r AcquireRequest, ids requestIDs, mode string, poll, wait time.Duration) call {
+	return call{op: s.ss.acquire, keys: []string{s.lockKey(r.Name)}, args: s.acquireArgs(r, ids, mode, poll, wait),
+		again: true, grant: true}
+}
+
+// answer turns every acquire reply but 'busy' into its result; done is false
+// for 'busy'. What was made for a client that has gone is undone.
+func (s *Store) answer(ctx context.Context, r AcquireRequest, ids requestIDs, rep reply) (AcquireResult, error, bool) {
 	switch rep.code {
-	case "granted", "queued", "ticket_granted":
+	case "granted", "queued", "ticket_granted", "replayed", "replayed_ticket", "replayed_queued":
 		if ctx.Err() != nil {
-			s.dropGrant(ids.undo(r.Name))
+			s.count("abandoned")
+			s.undo(ids.undo(r))
 			return AcquireResult{}, clientGone("acquire", ctx), true
 		}
 	}
@@ -166,69 +157,19 @@ func (s *Store) settled(ctx context.Context, r AcquireRequest, ids requestIDs, r
 	case "session_gone":
 		s.count("session_gone")
 		return AcquireResult{}, ErrSessionNotFound, true
-	case "abandoned":
-		s.count("error")
-		return AcquireResult{}, fmt.Errorf("acquire: abandoned before it ran: %w", ErrUnavailable), true
+	case "busy":
+		return AcquireResult{}, nil, false
 	}
-	return AcquireResult{}, nil, false
+	return AcquireResult{}, unexpected("acquire", rep), true
 }
 
-// made1 reports an acquire reply that made (or found) something for its client:
-// whatever a copy of its call does later, that copy finds it (or, once it has
-// ended, its tombstone), and settled undoes it when its client has gone.
-func made1(code string) bool {
-	switch code {
-	case "granted", "queued", "ticket_granted", "replayed", "replayed_ticket", "replayed_queued":
-		return true
+// failed counts an acquire whose call failed and, when what it made is
+// unknown (the call's deadline has passed by now), has it undone.
+func (s *Store) failed(u undo, err error) {
+	s.count("error")
+	if unknown(err) {
+		s.undo(u)
 	}
-	return false
-}
-
-// echoed undoes a request that ends with nothing made for its client (busy,
-// refused, a wait that ran out) while a call of it was answered only by a
-// retry (reply.echo): its first attempt may still reach Redis and grant the
-// lock, under a lease nobody will ever be told of. As for an abandoned
-// request, the undo frees whatever that copy granted already, and its
-// tombstone stops the copy should it come later.
-func (s *Store) echoed(u undo, answer error) {
-	if u.keep {
-		// An idempotent request told it got nothing (423, 409 limit) may never
-		// try again: undone only as far as it made something itself (scoped).
-		// Told anything else (503, gone), its client recovers what it made by
-		// retrying with its key.
-		var limit *LimitError
-		if !errors.Is(answer, ErrLockHeld) && !errors.As(answer, &limit) {
-			return
-		}
-		u.scoped = u.nonce != ""
-	}
-	u.tomb = true
-	u.until = "" // the undo's own: no earlier than any call the request made
-	s.undo(u)
-}
-
-// notAfterOf is the "not after" (ARGV 15) of acquire.lua's args.
-func notAfterOf(args []any) string { return args[14].(string) }
-
-// acquireArgs are acquire.lua's ARGV for r under lease hash lh.
-func (s *Store) acquireArgs(r AcquireRequest, ids requestIDs, lh, mode string, poll time.Duration) []any {
-	shared := "0"
-	if r.Shared {
-		shared = "1"
-	}
-	if mode == "reenter" && !r.ModeGiven {
-		shared = ""
-	}
-	remaining := ""
-	if ids.member != "" {
-		remaining = strconv.FormatInt(ms(ids.remaining-time.Since(ids.joined)), 10)
-	}
-	ss := ""
-	if ids.session != "" {
-		ss = hashID(ids.session)
-	}
-	return []any{lh, ms(r.TTL), r.Owner, mode, ids.th, ids.tlh, ms(s.opt.TicketTTL), ms(poll), r.By, shared,
-		strconv.Itoa(r.Limit), ids.ik, r.BodyHash, remaining, s.notAfter(s.lockKey(r.Name)), ids.pid, ids.nonce, ss, ids.member}
 }
 
 func (s *Store) reenter(ctx context.Context, r AcquireRequest) (*Lease, error) {
@@ -236,12 +177,20 @@ func (s *Store) reenter(ctx context.Context, r AcquireRequest) (*Lease, error) {
 		s.count("not_held")
 		return nil, ErrLeaseNotHeld
 	}
-	keys := append(s.keys(r.Name), s.lockKey(r.Name))
-	ids := requestIDs{nonce: newID()}
-	if r.IdemKey != "" {
-		ids.ik = recordHash(r.By, r.IdemKey)
+	a := lua.AcquireArgs{Mode: "reenter", Lease: hashID(r.Lease), TTL: ms(r.TTL), By: r.By, Maker: tag()}
+	if r.ModeGiven {
+		a.Shared = lua.Flag(r.Shared)
 	}
-	rep, err := s.runGrant(ctx, s.acquire, "reenter", keys, false, s.acquireArgs(r, ids, hashID(r.Lease), "reenter", 0)...)
+	if r.IdemKey != "" {
+		secret, err := s.secret(ctx)
+		if err != nil {
+			return nil, err
+		}
+		a.Record, a.Body = recordHash(secret, r.By, r.IdemKey), r.BodyHash
+	}
+	// Sent once: a re-entry run twice would count twice.
+	rep, err := s.run(ctx, call{op: s.ss.acquire, keys: []string{s.lockKey(r.Name)}, grant: true,
+		args: func(notAfter string) []any { a.NotAfter = notAfter; return a.List() }})
 	if err != nil {
 		s.count("error")
 		return nil, err
@@ -277,7 +226,9 @@ func (s *Store) Lease(ctx context.Context, l Ref) (*Lease, error) {
 	if !plausibleID(l.ID) {
 		return nil, ErrLeaseNotHeld
 	}
-	rep, err := s.run(ctx, s.state, "lease", s.keys(l.Name), true, hashID(l.ID), l.By)
+	c := s.stateCall(l.Name, lua.StateArgs{Lease: hashID(l.ID), By: l.By})
+	c.name = "lease"
+	rep, err := s.run(ctx, c)
 	if err != nil {
 		return nil, err
 	}
@@ -297,7 +248,9 @@ func (s *Store) Renew(ctx context.Context, l Ref, ttl time.Duration) (*Lease, er
 	if !plausibleID(l.ID) {
 		return nil, ErrLeaseNotHeld
 	}
-	rep, err := s.runGrant(ctx, s.renew, "renew", s.keys(l.Name), true, hashID(l.ID), ms(ttl), l.By)
+	a := lua.RenewArgs{Lease: hashID(l.ID), TTL: ms(ttl), By: l.By}
+	rep, err := s.run(ctx, call{op: s.ss.renew, keys: []string{s.lockKey(l.Name)}, again: true, grant: true,
+		args: func(notAfter string) []any { a.NotAfter = notAfter; return a.List() }})
 	if err != nil {
 		return nil, err
 	}
@@ -315,18 +268,17 @@ func (s *Store) Renew(ctx context.Context, l Ref, ttl time.Duration) (*Lease, er
 // and the lock is handed, in the same script, to the head live tickets that now
 // fit. Errors: ErrLeaseNotHeld, ErrUnavailable.
 func (s *Store) Release(ctx context.Context, l Ref) (Release, error) {
-	return s.release1(ctx, l, false)
+	return s.release(ctx, l, false)
 }
 
-func (s *Store) release1(ctx context.Context, l Ref, all bool) (Release, error) {
+func (s *Store) release(ctx context.Context, l Ref, all bool) (Release, error) {
 	if !plausibleID(l.ID) {
 		return Release{}, ErrLeaseNotHeld
 	}
-	whole := "0"
-	if all {
-		whole = "1"
-	}
-	rep, err := s.runGrant(ctx, s.release, "release", s.keys(l.Name), false, hashID(l.ID), l.By, whole)
+	a := lua.ReleaseArgs{Lease: hashID(l.ID), By: l.By, All: all}
+	// Sent once: a release of one hold run twice would release two.
+	rep, err := s.run(ctx, call{op: s.ss.release, keys: []string{s.lockKey(l.Name)}, grant: true,
+		args: func(notAfter string) []any { a.NotAfter = notAfter; return a.List() }})
 	if err != nil {
 		return Release{}, err
 	}
@@ -346,7 +298,9 @@ func (s *Store) release1(ctx context.Context, l Ref, all bool) (Release, error) 
 // Force ends every hold of the lock, whoever holds it, and hands it to the head
 // live tickets. It reports whether a hold was removed. Errors: ErrUnavailable.
 func (s *Store) Force(ctx context.Context, name string) (bool, error) {
-	rep, err := s.runGrant(ctx, s.force, "force", s.keys(name), false)
+	// Sent once: a force run twice could end the next holder's hold too.
+	rep, err := s.run(ctx, call{op: s.ss.force, keys: []string{s.lockKey(name)}, grant: true,
+		args: func(notAfter string) []any { return lua.ForceArgs{NotAfter: notAfter}.List() }})
 	if err != nil {
 		return false, err
 	}
@@ -358,7 +312,14 @@ func (s *Store) Force(ctx context.Context, name string) (bool, error) {
 
 // State returns the lock's state. Errors: ErrUnavailable.
 func (s *Store) State(ctx context.Context, name string) (State, error) {
-	rep, err := s.run(ctx, s.state, "state", s.keys(name), true, "", "")
+	return s.state(ctx, name, 0)
+}
+
+// state returns the lock's state; watch > 0 tells Redis this process waits
+// that long for news of it (announcements are published only while somebody
+// waits).
+func (s *Store) state(ctx context.Context, name string, watch time.Duration) (State, error) {
+	rep, err := s.run(ctx, s.stateCall(name, lua.StateArgs{Watch: ms(watch)}))
 	if err != nil {
 		return State{}, err
 	}
@@ -368,15 +329,20 @@ func (s *Store) State(ctx context.Context, name string) (State, error) {
 	return rep.lockState(name), nil
 }
 
+func (s *Store) stateCall(name string, a lua.StateArgs) call {
+	return call{op: s.ss.state, keys: []string{s.lockKey(name)}, again: true, timeless: true,
+		args: func(string) []any { return a.List() }}
+}
+
 // Cancel removes a ticket from the queue; a grant made to it and not yet claimed
 // passes on. Errors: ErrTicketGone, ErrUnavailable.
 func (s *Store) Cancel(ctx context.Context, t Ref) error {
 	if !plausibleID(t.ID) {
 		return ErrTicketGone
 	}
-	th := hashID(t.ID)
-	keys := append(s.keys(t.Name), s.ticketKey(t.Name, th))
-	rep, err := s.run(ctx, s.cancel, "cancel", keys, false, th, hashID(ticketLease(t.ID)), t.By)
+	a := lua.CancelArgs{Ticket: hashID(t.ID), TicketLease: hashID(ticketLease(t.ID)), By: t.By}
+	rep, err := s.run(ctx, call{op: s.ss.cancel, keys: []string{s.lockKey(t.Name)}, again: true,
+		args: func(notAfter string) []any { a.NotAfter = notAfter; return a.List() }})
 	if err != nil {
 		return err
 	}
@@ -393,7 +359,8 @@ func (s *Store) Cancel(ctx context.Context, t Ref) error {
 // pokeLock hands on a lock (or a slot of it) whose lease should have run out; it
 // reports the time until the soonest hold ends when the lock is still held.
 func (s *Store) pokeLock(ctx context.Context, name string) (bool, time.Duration, error) {
-	rep, err := s.run(ctx, s.poke, "poke", s.keys(name), true)
+	rep, err := s.run(ctx, call{op: s.ss.poke, keys: []string{s.lockKey(name)}, again: true, timeless: true,
+		args: func(string) []any { return lua.PokeArgs{}.List() }})
 	if err != nil {
 		return false, 0, err
 	}
@@ -401,4 +368,9 @@ func (s *Store) pokeLock(ctx context.Context, name string) (bool, time.Duration,
 		return true, rep.ms(0), nil
 	}
 	return false, 0, nil
+}
+
+// clientGone is the error of a request whose client went away: nobody reads it.
+func clientGone(op string, ctx context.Context) error {
+	return fmt.Errorf("%s: client gone: %w: %w", op, ErrUnavailable, ctx.Err())
 }

@@ -11,9 +11,6 @@ import (
 type reply struct {
 	code string
 	v    []any
-	// echo: an earlier attempt of the call (runCall's, whose connection broke)
-	// may have run, or may still run: a late copy of it may yet reach Redis.
-	echo bool
 }
 
 func decodeReply(v []any) (reply, error) {

@@ -51,18 +51,21 @@ func (s *Store) R3Links() []string {
 	return out
 }
 
-// R3NotAfter is the "not after" argument a call on the lock would carry now.
-func (s *Store) R3NotAfter(name string) string { return s.notAfter(s.lockKey(name)) }
+// R3NotAfter is the "not after" argument a call on the lock would carry now
+// ("" when it could not be stamped).
+func (s *Store) R3NotAfter(name string) string {
+	st, err := s.stamp(context.Background(), s.lockKey(name))
+	if err != nil {
+		return ""
+	}
+	return st.notAfter
+}
 
 // R3MasterOf is the store's own idea of the master of the lock's slot.
 func (s *Store) R3MasterOf(name string) string { return s.topo.master(s.lockKey(name)) }
 
-// R3PendingUndos is the cleaner's backlog.
-func (s *Store) R3PendingUndos() int {
-	s.clean.mu.Lock()
-	defer s.clean.mu.Unlock()
-	return len(s.clean.pending)
-}
+// R3PendingUndos is how many undos are under way.
+func (s *Store) R3PendingUndos() int { return int(s.undos.n.Load()) }
 
 // R3Masters is the store's own list of masters.
 func (s *Store) R3Masters() []string { return s.topo.masters() }

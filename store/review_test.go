@@ -99,7 +99,7 @@ func TestReviewHandoffMetricMixesClocks(t *testing.T) {
 		got <- res
 	}()
 	deadline := time.Now().Add(5 * time.Second)
-	for p := mr.HGet("k:{x}:t:"+hashOf(q.Ticket.ID), "p"); p == "0" || p == ""; p = mr.HGet("k:{x}:t:"+hashOf(q.Ticket.ID), "p") {
+	for s.PollsInFlight(ctx, "x", q.Ticket.ID) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the poll never reached Redis")
 		}

@@ -102,10 +102,10 @@ func derive(secret []byte, parts ...string) string {
 	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
 
-// recordHash names an Idempotency-Key's record: the principal and the key.
-func recordHash(by, key string) string {
-	sum := sha256.Sum256([]byte(by + "\x00" + key))
-	return hex.EncodeToString(sum[:])
+// recordHash names an Idempotency-Key's record: the principal and the key,
+// keyed with the secret, so that the name tells nothing of either.
+func recordHash(secret []byte, by, key string) string {
+	return derive(secret, "record", by, key)[:22]
 }
 
 // sessionLease and sessionTicket are the ids of a hold (and of its ticket) asked

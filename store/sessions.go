@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/batonhq/baton/lua"
 )
 
 // Sessions: many holds, one heartbeat. A session lives in its own slot
@@ -67,7 +67,8 @@ func (s *Store) CreateSession(ctx context.Context, r SessionRequest) (Session, b
 		}
 		id = derive(secret, "session", r.By, r.IdemKey)
 	}
-	rep, err := s.run(ctx, s.sessionCreate, "session create", s.sessionKeys(id), true, r.By, ms(r.TTL), r.Owner, r.BodyHash, newID())
+	rep, err := s.sessionRun(ctx, s.ss.sessionCreate, s.sessionKeys(id),
+		lua.SessionCreateArgs{By: r.By, TTL: ms(r.TTL), Owner: r.Owner, Body: r.BodyHash, Nonce: newID()}.List())
 	if err != nil {
 		return Session{}, false, err
 	}
@@ -93,7 +94,7 @@ func (s *Store) GetSession(ctx context.Context, ref Ref) (Session, error) {
 	if !plausibleID(ref.ID) {
 		return Session{}, ErrSessionNotFound
 	}
-	rep, err := s.run(ctx, s.sessionGet, "session get", s.sessionKeys(ref.ID), true, ref.By)
+	rep, err := s.sessionRun(ctx, s.ss.sessionGet, s.sessionKeys(ref.ID), lua.SessionByArgs{By: ref.By}.List())
 	if err != nil {
 		return Session{}, err
 	}
@@ -115,7 +116,7 @@ func (s *Store) RenewSession(ctx context.Context, ref Ref, ttl time.Duration, vi
 	if !plausibleID(ref.ID) {
 		return Session{}, ErrSessionNotFound
 	}
-	rep, err := s.run(ctx, s.sessionRenew, "session renew", s.sessionKeys(ref.ID), true, ref.By, ms(ttl))
+	rep, err := s.sessionRun(ctx, s.ss.sessionRenew, s.sessionKeys(ref.ID), lua.SessionRenewArgs{By: ref.By, TTL: ms(ttl)}.List())
 	if err != nil {
 		return Session{}, err
 	}
@@ -144,7 +145,7 @@ func (s *Store) EndSession(ctx context.Context, ref Ref) (int, error) {
 	if !plausibleID(ref.ID) {
 		return 0, ErrSessionNotFound
 	}
-	rep, err := s.run(ctx, s.sessionEnd, "session end", s.sessionKeys(ref.ID), true, ref.By)
+	rep, err := s.sessionRun(ctx, s.ss.sessionEnd, s.sessionKeys(ref.ID), lua.SessionByArgs{By: ref.By}.List())
 	if err != nil {
 		return 0, err
 	}
@@ -155,7 +156,7 @@ func (s *Store) EndSession(ctx context.Context, ref Ref) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if _, err := s.run(ctx, s.sessionFinish, "session finish", s.sessionKeys(ref.ID), true, ref.By); err != nil {
+	if _, err := s.sessionRun(ctx, s.ss.sessionFinish, s.sessionKeys(ref.ID), lua.SessionByArgs{By: ref.By}.List()); err != nil {
 		return 0, err
 	}
 	return len(ended), nil
@@ -168,7 +169,8 @@ func (s *Store) joinSession(ctx context.Context, ref Ref, member string, pending
 	if !plausibleID(ref.ID) {
 		return 0, ErrSessionNotFound
 	}
-	rep, err := s.run(ctx, s.sessionJoin, "session join", s.sessionKeys(ref.ID), true, ref.By, member, ms(pending))
+	rep, err := s.sessionRun(ctx, s.ss.sessionJoin, s.sessionKeys(ref.ID),
+		lua.SessionJoinArgs{By: ref.By, Member: member, Pending: ms(pending)}.List())
 	if err != nil {
 		return 0, err
 	}
@@ -183,7 +185,7 @@ func (s *Store) joinSession(ctx context.Context, ref Ref, member string, pending
 func (s *Store) sessionAlive(ctx context.Context, r AcquireRequest) bool {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	rep, err := s.run(ctx, s.sessionCheck, "session check", s.sessionKeys(r.Session), true, r.By)
+	rep, err := s.sessionRun(ctx, s.ss.sessionCheck, s.sessionKeys(r.Session), lua.SessionByArgs{By: r.By}.List())
 	return err != nil || rep.code == "alive"
 }
 
@@ -193,7 +195,15 @@ func (s *Store) leaveSessionByHash(ss, member string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	k := s.opt.Prefix + ":s:{" + ss + "}"
-	_, _ = s.run(ctx, s.sessionLeave, "session leave", []string{k, k + ":h"}, true, "now", member)
+	_, _ = s.sessionRun(ctx, s.ss.sessionLeave, []string{k, k + ":h"}, lua.SessionLeaveArgs{How: "now", Members: []string{member}}.List())
+}
+
+// sessionRun runs a session script (on the session's own slot). Those take no
+// "not after": each is harmless when a copy of it runs late (a session made
+// that nobody learns of ends at its ttl), so one whose outcome is unknown is
+// sent again at once.
+func (s *Store) sessionRun(ctx context.Context, op *scriptOp, keys []string, args []any) (reply, error) {
+	return s.run(ctx, call{op: op, keys: keys, again: true, timeless: true, args: func(string) []any { return args }})
 }
 
 // sessionMember is a parsed member: its nonce and lock name.
@@ -223,41 +233,30 @@ func (s *Store) sessionHoldsOp(ctx context.Context, ref Ref, op string, ttl time
 	ctx, cancel := context.WithTimeout(ctx, WorstCall/2)
 	defer cancel()
 	// One call per lock, all in one pipeline (split by node on a cluster).
-	cmds := make([]*redis.Cmd, len(names))
-	run := func(load bool) error {
-		_, err := s.rdb.Pipelined(ctx, func(pl redis.Pipeliner) error {
-			p := s.pipeScripter(pl) // a batch on a node that stalls is not sent again
-			for i, name := range names {
-				args := []any{op, ref.By, max(ttl.Milliseconds(), 0)}
-				for _, m := range byLock[name] {
-					tid := sessionTicket(ref.ID, m.nonce)
-					args = append(args, hashID(sessionLease(ref.ID, m.nonce)), hashID(tid), hashID(ticketLease(tid)))
-				}
-				if load {
-					cmds[i] = s.sessionHolds.Eval(ctx, p, s.keys(name), args...)
-				} else {
-					cmds[i] = s.sessionHolds.EvalSha(ctx, p, s.keys(name), args...)
-				}
-			}
-			return nil
-		})
-		return err
-	}
-	if len(names) > 0 {
-		err := run(false)
-		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-			err = run(true) // the script was not there (Redis restarted): nothing ran
-		}
+	keys, args := make([][]string, len(names)), make([][]any, len(names))
+	for i, name := range names {
+		st, err := s.stamp(ctx, s.lockKey(name))
 		if err != nil {
-			return nil, s.storeErr("session holds", err)
+			return nil, err
 		}
+		a := lua.SessionHoldsArgs{NotAfter: st.notAfter, Op: op, By: ref.By, TTL: max(ttl.Milliseconds(), 0)}
+		for _, m := range byLock[name] {
+			tid := sessionTicket(ref.ID, m.nonce)
+			a.Members = append(a.Members, lua.MemberHashes{Lease: hashID(sessionLease(ref.ID, m.nonce)),
+				Ticket: hashID(tid), TicketLease: hashID(ticketLease(tid))})
+		}
+		keys[i], args[i] = []string{s.lockKey(name)}, a.List()
 	}
+	cmds := s.execPipelined(ctx, s.ss.sessionHolds, keys, args)
 	var holds []SessionHold
-	var gone []any
+	var gone []string
 	for i, name := range names {
 		v, err := cmds[i].Slice()
 		if err != nil {
 			return holds, s.storeErr("session holds", err)
+		}
+		if r, _ := decodeReply(v); r.code == "expired" {
+			return holds, fmt.Errorf("session holds: %w: %w", ErrUnavailable, errExpired)
 		}
 		rep, err := decodeReply(v)
 		if err != nil || rep.code != "holds" {
@@ -279,8 +278,8 @@ func (s *Store) sessionHoldsOp(ctx context.Context, ref Ref, op string, ttl time
 		}
 	}
 	if len(gone) > 0 && op != "end" {
-		args := append([]any{"pruned"}, gone...)
-		if _, err := s.run(ctx, s.sessionLeave, "session leave", s.sessionKeys(ref.ID), true, args...); err != nil {
+		args := lua.SessionLeaveArgs{How: "pruned", Members: gone}.List()
+		if _, err := s.sessionRun(ctx, s.ss.sessionLeave, s.sessionKeys(ref.ID), args); err != nil {
 			return holds, fmt.Errorf("session: forget gone holds: %w", err)
 		}
 	}

@@ -68,7 +68,6 @@ type Options struct {
 // Store is the Redis lock store. It is safe for concurrent use.
 type Store struct {
 	rdb     redis.UniversalClient
-	scr     redis.Scripter       // rdb, or on a cluster rdb sending each script at most once (cluster.go)
 	cluster *redis.ClusterClient // nil unless rdb is one
 	topo    *topology            // the cluster's slot map (cluster.go); nil unless rdb is a cluster client
 	clocks  sync.Map             // on a cluster: master address -> *redisClock
@@ -77,16 +76,13 @@ type Store struct {
 	disp    *dispatcher
 	waiters atomic.Int64
 
-	acquire, renew, release, force, state, poll, cancel, poke, abandon, unpoll *redis.Script
-
-	sessionHolds, sessionCreate, sessionGet, sessionJoin, sessionLeave, sessionRenew, sessionEnd *redis.Script
-	sessionCheck, sessionFinish                                                                  *redis.Script
+	ss *scriptSet // the scripts (scripts.go)
 
 	secretKey atomic.Pointer[[]byte] // see secret.go
 	secretErr atomic.Pointer[error]  // ErrSecretMismatch, once found
 	clock     redisClock             // see clock.go
 
-	clean *cleaner
+	undos *undoer // the undos under way (undo.go)
 
 	// gate lets Close wait for the calls in flight: each call holds it shared.
 	gate   sync.RWMutex
@@ -276,47 +272,21 @@ func New(rdb redis.UniversalClient, opt Options) *Store {
 		opt.IdempotencyGrace = time.Minute
 	}
 	cc, _ := rdb.(*redis.ClusterClient)
-	set := lua.Settings{FenceGuardMs: opt.FenceGuard.Milliseconds(), IdempotencyGraceMs: opt.IdempotencyGrace.Milliseconds(),
-		Sharded: cc != nil}
-	script := func(src string) *redis.Script {
-		return redis.NewScript(lua.Compose(src, set))
-	}
 	s := &Store{
 		rdb:     rdb,
-		scr:     rdb,
 		cluster: cc,
 		opt:     opt,
 		m:       opt.Metrics,
-		acquire: script(lua.Acquire),
-		renew:   script(lua.Renew),
-		release: script(lua.Release),
-		force:   script(lua.Force),
-		state:   script(lua.State),
-		poll:    script(lua.Poll),
-		cancel:  script(lua.Cancel),
-		poke:    script(lua.Poke),
-		abandon: script(lua.Abandon),
-		unpoll:  script(lua.Unpoll),
-
-		sessionHolds:  script(lua.SessionHolds),
-		sessionCreate: script(lua.SessionCreate),
-		sessionGet:    script(lua.SessionGet),
-		sessionJoin:   script(lua.SessionJoin),
-		sessionLeave:  script(lua.SessionLeave),
-		sessionRenew:  script(lua.SessionRenew),
-		sessionEnd:    script(lua.SessionEnd),
-		sessionCheck:  script(lua.SessionCheck),
-		sessionFinish: script(lua.SessionFinish),
-		clean:         newCleaner(),
-		shutdown:      make(chan struct{}),
+		ss: newScriptSet(lua.Settings{FenceGuardMs: opt.FenceGuard.Milliseconds(),
+			IdempotencyGraceMs: opt.IdempotencyGrace.Milliseconds(), Sharded: cc != nil}),
+		undos:    newUndoer(),
+		shutdown: make(chan struct{}),
 	}
 	s.stopped, s.stop = context.WithCancel(context.Background())
 	if cc != nil {
-		s.scr = onceScripter{cc}
 		s.topo = newTopology(cc)
 	}
 	s.disp = newDispatcher(rdb, s.topo, s.pokeLock, opt.Logger, s.m)
-	go s.runCleaner()
 	go s.runClock()
 	opt.Gate.OnOpen(func() { // Redis is back, perhaps empty: give it the secret back
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -343,14 +313,8 @@ func (s *Store) Ready(ctx context.Context) error {
 	if s.opt.Gate.Down() {
 		return fmt.Errorf("ready: %w: redis is down (health gate)", ErrUnavailable)
 	}
-	all := s.scripts()
-	hashes := make([]string, len(all))
-	for i, sc := range all {
-		hashes[i] = sc.Hash()
-	}
-	loaded, err := s.rdb.ScriptExists(ctx, hashes...).Result()
-	if err != nil {
-		return s.storeErr("ready", err)
+	if s.topo != nil && !s.topo.loaded.Load() {
+		return fmt.Errorf("ready: %w: the cluster's slot map is not loaded yet", ErrUnavailable)
 	}
 	if !s.clockKnown() {
 		s.syncClock(ctx)
@@ -358,20 +322,10 @@ func (s *Store) Ready(ctx context.Context) error {
 	if err := s.syncSecret(ctx); err != nil {
 		return err
 	}
-	for i, ok := range loaded {
-		if !ok {
-			if err := all[i].Load(ctx, s.rdb).Err(); err != nil {
-				return s.storeErr("ready", err)
-			}
-		}
+	if err := s.loadScripts(ctx); err != nil {
+		return s.storeErr("ready", err)
 	}
 	return nil
-}
-
-func (s *Store) scripts() []*redis.Script {
-	return []*redis.Script{s.acquire, s.renew, s.release, s.force, s.state, s.poll, s.cancel, s.poke, s.abandon, s.unpoll,
-		s.sessionHolds, s.sessionCreate, s.sessionGet, s.sessionJoin, s.sessionLeave, s.sessionRenew, s.sessionEnd,
-		s.sessionCheck, s.sessionFinish}
 }
 
 // Shutdown ends every long-poll now with its normal "still waiting" answer, and
@@ -382,8 +336,9 @@ func (s *Store) Shutdown() {
 
 // Close shuts down, waits for the Redis calls in flight to end (each is bounded
 // by the client's timeouts), gives the requests abandoned meanwhile up to
-// closeUndoWait (all told) to end and be undone, and stops the pub/sub dispatcher. Calls after
-// Close answer ErrUnavailable. It does not close the client.
+// closeUndoWait (all told) to end and be undone, and stops the pub/sub
+// dispatcher. Calls after Close answer ErrUnavailable. It does not close the
+// client.
 func (s *Store) Close() error {
 	s.Shutdown()
 	s.closeOnce.Do(func() {
@@ -391,10 +346,8 @@ func (s *Store) Close() error {
 		s.closed = true
 		s.gate.Unlock()
 		// A request whose call just failed queues its undo after the call gave
-		// the gate back: the cleaner stops only once those requests have ended.
-		deadline := time.Now().Add(closeUndoWait)
-		s.awaitRequests(deadline)
-		s.stopCleaner(time.Until(deadline))
+		// the gate back: wait for those requests, then for the undos.
+		s.awaitUndos(time.Now().Add(closeUndoWait))
 		s.opt.Gate.Close()
 	})
 	err := s.disp.close()
@@ -403,9 +356,6 @@ func (s *Store) Close() error {
 	}
 	return err
 }
-
-// closeUndoWait bounds how long Close waits for abandoned requests to be undone.
-const closeUndoWait = 5 * time.Second
 
 // WorstCall is the longest one store call can take while Redis does not answer:
 // two attempts, each bounded by the client's 2 s write and read timeouts. A
@@ -421,81 +371,14 @@ func (s *Store) shuttingDown() bool {
 	}
 }
 
-// keys are the three keys every script takes (lib.lua), all in the hash slot of {name}.
-func (s *Store) keys(name string) []string {
-	lock := s.lockKey(name)
-	return []string{lock, lock + ":fence", lock + ":q"}
-}
-
-// lockKey is the lock's hash, the first of its keys.
+// lockKey is the lock's key, KEYS[1] of its scripts: every other key of the
+// lock is derived from it and shares its hash slot ({name}).
 func (s *Store) lockKey(name string) string {
 	return s.opt.Prefix + ":{" + name + "}"
 }
 
-func (s *Store) ticketKey(name, th string) string {
-	return s.opt.Prefix + ":{" + name + "}:t:" + th
-}
-
 func (s *Store) channel(name string) string {
 	return s.opt.Prefix + ":{" + name + "}:ev"
-}
-
-// run calls a script and decodes its reply. Only idempotent scripts pass retry:
-// they are sent again once when the connection broke.
-func (s *Store) run(ctx context.Context, sc *redis.Script, op string, keys []string, retry bool, args ...any) (reply, error) {
-	return s.call(ctx, sc, op, keys, retry, false, args...)
-}
-
-// runGrant is run for a script whose reply can tell a client it holds a lock,
-// or hand a lock on: with WaitReplicas set, the reply is used only after WAIT.
-func (s *Store) runGrant(ctx context.Context, sc *redis.Script, op string, keys []string, retry bool, args ...any) (reply, error) {
-	return s.call(ctx, sc, op, keys, retry, s.opt.WaitReplicas > 0, args...)
-}
-
-func (s *Store) call(ctx context.Context, sc *redis.Script, op string, keys []string, retry, wait bool, args ...any) (reply, error) {
-	s.gate.RLock()
-	defer s.gate.RUnlock()
-	if s.closed {
-		return reply{}, fmt.Errorf("%s: store closed: %w", op, ErrUnavailable)
-	}
-	if s.opt.Gate.Down() {
-		return reply{}, fmt.Errorf("%s: %w: redis is down (health gate)", op, ErrUnavailable)
-	}
-	for attempt := 0; ; attempt++ {
-		rep, err, raw := s.attempt(ctx, sc, op, keys, wait, args)
-		if raw != nil && retry && attempt == 0 && ctx.Err() == nil && isConnError(raw) && !s.opt.Gate.Down() {
-			continue
-		}
-		return rep, err
-	}
-}
-
-// attempt sends a script once, for call (and runCall, calls.go), which hold
-// s.gate. raw is the client's error when the call got no reply.
-func (s *Store) attempt(ctx context.Context, sc *redis.Script, op string, keys []string, wait bool, args []any) (rep reply, err, raw error) {
-	ctx = context.WithValue(ctx, opKey{}, op) // names its span when traced (trace.go)
-	var v []any
-	if wait {
-		v, raw = s.evalWait(ctx, sc, op, keys, args)
-	} else {
-		v, raw = sc.Run(ctx, s.scr, keys, args...).Slice()
-	}
-	if raw == nil {
-		rep, err := decodeReply(v)
-		if err == nil && rep.code == "expired" {
-			go s.syncClock(context.WithoutCancel(ctx))
-			return reply{}, fmt.Errorf("%s: %w: %w", op, ErrUnavailable, errExpired), nil
-		}
-		return rep, err, nil
-	}
-	s.clusterErr(raw)
-	if ctx.Err() == nil && isDialError(raw) {
-		// Redis refuses connections (or they time out): keep everyone else away
-		// until it answers again. A broken connection alone is not that: the
-		// next call dials a new one.
-		s.opt.Gate.close()
-	}
-	return reply{}, s.storeErr(op, raw), raw
 }
 
 // evalWait runs a script and then WAIT in one pipeline: go-redis sends a
@@ -511,31 +394,31 @@ func (s *Store) attempt(ctx context.Context, sc *redis.Script, op string, keys [
 // NOSCRIPT reply means the script did not run, and the pipeline is sent again
 // with EVAL. A broken connection is returned as the script's error, since whether
 // the change reached a replica is then unknown.
-func (s *Store) evalWait(ctx context.Context, sc *redis.Script, op string, keys []string, args []any) ([]any, error) {
+func (s *Store) evalWait(ctx context.Context, op *scriptOp, keys []string, args []any) ([]any, error) {
 	var v []any
 	var acked int64
 	var err error
 	if s.cluster != nil {
 		var werr error
-		v, acked, werr, err = s.evalWaitCluster(ctx, sc, keys, args)
+		v, acked, werr, err = s.evalWaitCluster(ctx, op, keys, args)
 		if err != nil {
 			return nil, err
 		}
 		err = werr
 	} else {
 		var script, wait *redis.Cmd
-		send := func(eval func(context.Context, redis.Scripter, []string, ...any) *redis.Cmd) {
+		eval := false
+		for range 4 {
 			_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-				script = eval(ctx, p, keys, args...)
+				script = p.Do(ctx, s.ss.cmdArgs(op, eval, keys, args)...)
 				p.Publish(ctx, s.opt.Prefix+":wait", "")
 				// Pipeliner has no Wait method.
 				wait = p.Do(ctx, "wait", s.opt.WaitReplicas, s.opt.WaitTimeout.Milliseconds())
 				return nil
 			})
-		}
-		send(sc.EvalSha)
-		if redis.HasErrorPrefix(script.Err(), "NOSCRIPT") {
-			send(sc.Eval)
+			if !s.resend(ctx, script.Err(), keys[0], &eval) {
+				break
+			}
 		}
 		if v, err = script.Slice(); err != nil {
 			return nil, err
@@ -546,7 +429,7 @@ func (s *Store) evalWait(ctx context.Context, sc *redis.Script, op string, keys 
 		return nil, err
 	}
 	if (err != nil || acked < int64(s.opt.WaitReplicas)) && changesHolder(v) {
-		s.unacked(op, acked, err)
+		s.unacked(op.name, acked, err)
 	}
 	return v, nil
 }

@@ -3,8 +3,9 @@ package store
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
+
+	"github.com/batonhq/baton/lua"
 )
 
 // Every wait below is an eventWait (events.go): its loop of "wait for an event,
@@ -13,39 +14,31 @@ import (
 // steps keep the order and the choices of a select loop: a client gone first,
 // then the shutdown, then the deadline, then the dispatcher's wake.
 
-// clientGone is the error of a request whose client went away: nobody reads it.
-func clientGone(op string, ctx context.Context) error {
-	return fmt.Errorf("%s: client gone: %w: %w", op, ErrUnavailable, ctx.Err())
-}
-
 // lockWait is a non-fair wait (waitLock).
 type lockWait struct {
 	s       *Store
 	ctx     context.Context
 	r       AcquireRequest
 	ids     requestIDs
+	until   time.Time
 	held    *HeldError // the latest holder: the answer when the wait ends ungranted
 	w       *waiter
 	ev      *eventWait
 	f       func(AcquireResult, error)
 	last    bool // the wait is over: one last look, so the answer is today's
 	forward bool // a release it was given must go to the next waiter when it leaves
-	echo    bool // a call of it was answered only by its retry (reply.echo), and nothing undoes it yet
 }
 
 // waitLock is a non-fair wait: it tries again when a release is announced, when the
 // holder's lease should have run out, and when the pub/sub connection comes back.
 // It answers a *HeldError with the latest holder when the wait ends ungranted.
-func (s *Store) waitLock(ctx context.Context, r AcquireRequest, ids requestIDs, held *HeldError, echo bool, f func(AcquireResult, error)) {
+func (s *Store) waitLock(ctx context.Context, r AcquireRequest, ids requestIDs, held *HeldError, f func(AcquireResult, error)) {
 	if err := s.reserveWaiter(); err != nil {
 		s.count("too_many_waiters")
-		if echo {
-			s.echoed(ids.undo(r.Name), err)
-		}
 		f(AcquireResult{}, err)
 		return
 	}
-	lw := &lockWait{s: s, ctx: ctx, r: r, ids: ids, held: held, f: f, ev: newEventWait(), echo: echo}
+	lw := &lockWait{s: s, ctx: ctx, r: r, ids: ids, held: held, f: f, ev: newEventWait(), until: time.Now().Add(r.Wait)}
 	lw.w = s.disp.add(r.Name, s.channel(r.Name), kindAcquire, ids.lh, r.Shared, lw.ev.wake)
 	lw.ev.start(s, ctx, r.Wait, lw.step, func(err error) { lw.forward = true; lw.finish(AcquireResult{}, err) })
 }
@@ -65,22 +58,13 @@ func (lw *lockWait) step(ev event) bool {
 	s.disp.take(lw.w)
 	woke := time.Now()
 	lw.forward = true // until this try has an answer, a release it was given is not lost
-	// Retried when the connection breaks: idempotent, see Acquire.
-	args := s.acquireArgs(r, ids, ids.lh, "new", 0)
-	rep, err := s.runCall(lw.ctx, s.acquire, "acquire", ids.keys(s, r.Name), true, true, args...)
+	rep, err := s.run(lw.ctx, s.acquireCall(r, ids, "new", 0, max(time.Until(lw.until), 0)))
 	if err != nil {
-		u := ids.undo(r.Name)
-		u.until = notAfterOf(args)
-		s.failed(u, err)
-		if uncertain(err) {
-			lw.echo = false // undone, its tombstone until this call's deadline, the latest
-		}
+		s.failed(ids.undo(r), err)
 		return lw.finish(AcquireResult{}, err)
 	}
 	lw.forward = false
-	lw.echo = lw.echo || rep.echo
-	switch rep.code {
-	case "busy":
+	if rep.code == "busy" {
 		lw.held = rep.held()
 		if lw.last {
 			s.count("held")
@@ -88,85 +72,39 @@ func (lw *lockWait) step(ev event) bool {
 		}
 		s.disp.observe(lw.w, lw.held.wake)
 		return false
-	case "granted":
-		l := rep.lease(r.Name, ids.lease)
-		s.disp.observe(lw.w, l.TTL) // the waiters left behind wait for this lease
-		// A shared hold may leave room for the next waiter too: let it try.
-		lw.forward = l.Shared
-		if lw.ctx.Err() != nil {
-			lw.forward = true
-			lw.echo = false // undone with its tombstone, which lasts until the latest call's deadline
-			s.dropGrant(ids.undo(r.Name))
-			return lw.finish(AcquireResult{}, clientGone("acquire", lw.ctx))
+	}
+	res, err, _ := s.answer(lw.ctx, r, ids, rep)
+	if res.Lease != nil {
+		s.disp.observe(lw.w, res.Lease.TTL) // the waiters left behind wait for this lease
+		lw.forward = res.Lease.Shared       // a shared hold may leave room for the next waiter too
+		if !res.Replayed {
+			s.m.Handoff.Observe(time.Since(woke).Seconds())
 		}
-		s.count("granted")
-		s.m.Handoff.Observe(time.Since(woke).Seconds())
-		return lw.finish(AcquireResult{Lease: l}, nil)
+	} else {
+		lw.forward = true
 	}
-	if res, err, done := s.settled(lw.ctx, r, ids, rep); done {
-		return lw.finish(res, err)
-	}
-	return lw.finish(AcquireResult{}, unexpected("acquire", rep))
+	return lw.finish(res, err)
 }
 
 // finish ends the wait and hands its answer on.
 func (lw *lockWait) finish(res AcquireResult, err error) bool {
 	lw.ev.end()
-	if lw.echo && res.Lease == nil { // (an idempotent request is never undone: see requestIDs.undo)
-		lw.s.echoed(lw.ids.undo(lw.r.Name), err)
-	}
 	lw.s.disp.remove(lw.w, lw.forward)
 	lw.s.releaseWaiter()
 	lw.f(res, err)
 	return true
 }
 
-// failed counts an acquire whose call failed and, when the script may still have
-// run (or run later), has what it may have been granted undone.
-func (s *Store) failed(u undo, err error) {
-	s.count("error")
-	if uncertain(err) {
-		u.tomb = true
-		s.undo(u)
-	}
-}
-
-// dropGrant undoes a grant (or a ticket) made for a client that has gone: nobody
-// else can ever learn its id, so keeping it would block the lock for its whole
-// ttl.
-func (s *Store) dropGrant(u undo) {
-	s.count("abandoned")
-	s.undo(u)
-}
-
 // waitFair is a fair acquire with a wait: the first check (after the subscription)
 // queues a ticket unless the lock is free; then it waits for that ticket's grant.
-func (s *Store) waitFair(ctx context.Context, r AcquireRequest, ids requestIDs, echo bool, f func(AcquireResult, error)) {
-	if echo {
-		// The first try (mode 'new') was answered only by its retry: should no
-		// ticket or grant come of this wait (whose own tombstone stops that
-		// try's copy), the request is undone with a tombstone of its own.
-		answer := f
-		f = func(res AcquireResult, err error) {
-			if res.Lease == nil && res.Ticket == nil {
-				s.echoed(ids.undo(r.Name), err)
-			}
-			answer(res, err)
-		}
-	}
+func (s *Store) waitFair(ctx context.Context, r AcquireRequest, ids requestIDs, f func(AcquireResult, error)) {
 	if err := s.reserveWaiter(); err != nil {
 		s.count("too_many_waiters")
 		f(AcquireResult{}, err)
 		return
 	}
-	t := ticketWait{name: r.Name, ticket: ids.ticket, th: ids.th, tlh: ids.tlh, own: ids.lh, by: r.By, keep: ids.ik != "", pid: ids.pid,
-		until: new(string), echo: new(bool)}
-	t.enqueue = func(ctx context.Context, poll time.Duration) (reply, error) {
-		args := s.acquireArgs(r, ids, ids.lh, "fair", poll)
-		*t.until = notAfterOf(args)
-		// Retried when the connection breaks: idempotent, see Acquire.
-		return s.runCall(ctx, s.acquire, "acquire", ids.keys(s, r.Name), true, true, args...)
-	}
+	t := ticketWait{name: r.Name, ticket: ids.ticket, th: ids.th, tlh: ids.tlh, by: r.By, pid: ids.pid,
+		acquire: &r, ids: ids}
 	s.awaitTicket(ctx, t, time.Now().Add(r.Wait), func(res PollResult, err error) {
 		s.releaseWaiter()
 		f(s.fairResult(ctx, ids, res, err))
@@ -234,20 +172,17 @@ func (s *Store) PollFunc(ctx context.Context, ref Ref, wait time.Duration, f fun
 	}
 	f = tracked(s, f)
 	t := ticketWait{name: ref.Name, ticket: ref.ID, th: hashID(ref.ID), tlh: hashID(ticketLease(ref.ID)), by: ref.By,
-		pid: newID()[:11], until: new(string), echo: new(bool)}
+		pid: tag()}
 	if wait <= 0 || s.shuttingDown() {
 		res, err := s.pollOnce(ctx, t, 0)
 		switch {
 		case err != nil:
-			if uncertain(err) {
-				s.undoTicket(t, true)
+			if unknown(err) {
+				s.undo(t.undo())
 			}
 		case res.Lease != nil && ctx.Err() != nil:
-			s.undoTicket(t, false)
+			s.undo(t.undo())
 			res, err = PollResult{}, clientGone("poll", ctx)
-		}
-		if res.Lease == nil {
-			s.pollEchoed(t)
 		}
 		f(res, err)
 		return
@@ -263,57 +198,36 @@ func (s *Store) PollFunc(ctx context.Context, ref Ref, wait time.Duration, f fun
 }
 
 // ticketWait is a wait for a ticket's grant: a poll of a ticket the client holds,
-// or a fair acquire with a wait (own and enqueue set) whose ticket the client has
-// not seen yet.
+// or a fair acquire with a wait (acquire set) whose ticket the client has not
+// seen yet.
 type ticketWait struct {
 	name, ticket string
-	th, tlh      string  // the ticket's hash and its lease's hash
-	own          string  // a fair acquire's own lease hash; "" for a poll
-	by           string  // the principal waiting
-	keep         bool    // an idempotent acquire: nothing to undo (its client retries)
-	pid          string  // names this wait's polls (keep_ticket, unpoll.lua)
-	until        *string // the "not after" of the wait's latest call, for its undo's tombstone
-	echo         *bool   // a poll of the wait was answered only by its retry (reply.echo)
-	// enqueue, for a fair acquire, makes the first check: it creates the ticket,
-	// or grants at once under the request's own lease.
-	enqueue func(context.Context, time.Duration) (reply, error)
+	th, tlh      string // the ticket's hash and its lease's hash
+	by           string // the principal waiting
+	pid          string // names this wait's polls
+	// acquire and ids, for a fair acquire: its first check creates the
+	// ticket (or grants at once under the request's own lease).
+	acquire *AcquireRequest
+	ids     requestIDs
 }
 
-// undoTicket undoes what a ticket wait may have left when its answer does not
-// reach the client: a fair acquire's ticket and grant are dropped (the client
-// never saw the ticket); a poll's grant is kept for the ticket's next poll, and
-// so is an idempotent fair acquire's (its client gets it by retrying with its
-// key). uncertain says a call of the wait had no definite answer, so a
-// tombstone must stop it should it run later.
-func (s *Store) undoTicket(t ticketWait, uncertain bool) {
-	if t.own != "" && !t.keep {
-		s.undo(undo{name: t.name, lh: t.own, th: t.th, tlh: t.tlh, tomb: uncertain, keep: t.keep, until: *t.until})
-		return
+// undo is what undoing the wait touches when its answer does not reach the
+// client: a fair acquire's ticket and grant are dropped when the client can
+// never learn them (no key); otherwise only this wait's poll is taken out, and
+// a grant made to it waits for the ticket's next poll.
+func (t ticketWait) undo() undo {
+	if t.acquire != nil {
+		return t.ids.undo(*t.acquire)
 	}
-	s.undo(undo{name: t.name, th: t.th, tlh: t.tlh, poll: true, pid: t.pid, by: t.by, tomb: uncertain, until: *t.until})
-}
-
-// pollEchoed ends a ticket wait that handed over no grant while one of its
-// polls was answered only by its retry: that poll's first copy may still reach
-// Redis and claim a grant made to the ticket since, for an answer that goes
-// nowhere. As for a poll undone, its tombstone stops that copy, and a grant it
-// claimed already is kept for the ticket's next poll (unpoll.lua).
-func (s *Store) pollEchoed(t ticketWait) {
-	if t.echo != nil && *t.echo {
-		*t.echo = false
-		s.undo(undo{name: t.name, th: t.th, tlh: t.tlh, poll: true, pid: t.pid, by: t.by, tomb: true, until: *t.until})
-	}
+	return undo{name: t.name, th: t.th, tlh: t.tlh, ticket: "poll", pid: t.pid, by: t.by}
 }
 
 func (s *Store) pollOnce(ctx context.Context, t ticketWait, poll time.Duration) (PollResult, error) {
-	keys := append(s.keys(t.name), s.ticketKey(t.name, t.th))
-	*t.until = s.notAfter(keys[0])
-	rep, err := s.runCall(ctx, s.poll, "poll", keys, true, true, t.th, t.tlh, ms(poll), t.by, t.pid, *t.until)
+	a := lua.PollArgs{Ticket: t.th, TicketLease: t.tlh, Poll: ms(poll), By: t.by, PollID: t.pid}
+	rep, err := s.run(ctx, call{op: s.ss.poll, keys: []string{s.lockKey(t.name)}, again: true, grant: true,
+		args: func(notAfter string) []any { a.NotAfter = notAfter; return a.List() }})
 	if err != nil {
 		return PollResult{}, err
-	}
-	if rep.echo {
-		*t.echo = true
 	}
 	return ticketResult(t.name, t.ticket, rep)
 }
@@ -327,8 +241,6 @@ func ticketResult(name, ticket string, rep reply) (PollResult, error) {
 		return PollResult{Ticket: rep.ticket(name, ticket), holderTTL: rep.queuedHolderTTL()}, nil
 	case "gone":
 		return PollResult{}, ErrTicketGone
-	case "abandoned":
-		return PollResult{}, fmt.Errorf("acquire: abandoned before it ran: %w", ErrUnavailable)
 	case "limit_mismatch":
 		return PollResult{}, &LimitError{Limit: int(rep.int(0))}
 	case "replayed_ticket":

@@ -23,7 +23,7 @@ func (s *Store) Watch(ctx context.Context, name string, fence *int64, wait time.
 // before it returns when the answer needs no wait, else on a goroutine of its
 // own once the answer is known. No goroutine is held while it waits.
 func (s *Store) WatchFunc(ctx context.Context, name string, fence *int64, wait time.Duration, f func(State, error)) {
-	st, err := s.State(ctx, name)
+	st, err := s.state(ctx, name, wait)
 	if err != nil || wait <= 0 || !st.Held || (fence != nil && *fence != st.Fence) || s.shuttingDown() {
 		f(st, err)
 		return
@@ -32,7 +32,8 @@ func (s *Store) WatchFunc(ctx context.Context, name string, fence *int64, wait t
 		f(State{}, err)
 		return
 	}
-	sw := &stateWatch{s: s, ctx: ctx, name: name, fence: st.Fence, holders: st.Holders, f: f, ev: newEventWait()}
+	sw := &stateWatch{s: s, ctx: ctx, name: name, fence: st.Fence, holders: st.Holders, f: f, ev: newEventWait(),
+		until: time.Now().Add(wait)}
 	sw.w = s.disp.add(name, s.channel(name), kindWatch, "", false, sw.ev.wake)
 	sw.ev.start(s, ctx, wait, sw.step, func(err error) { sw.finish(State{}, err) })
 }
@@ -44,6 +45,7 @@ type stateWatch struct {
 	name    string
 	fence   int64 // the holds watched: the lock's fence and its number of holders
 	holders int
+	until   time.Time
 	w       *waiter
 	ev      *eventWait
 	f       func(State, error)
@@ -58,7 +60,7 @@ func (sw *stateWatch) step(ev event) bool {
 		return sw.finish(s.State(sw.ctx, sw.name))
 	}
 	s.disp.take(sw.w)
-	st, err := s.State(sw.ctx, sw.name)
+	st, err := s.state(sw.ctx, sw.name, max(time.Until(sw.until), 0))
 	if err != nil || !st.Held || st.Fence != sw.fence || st.Holders != sw.holders {
 		return sw.finish(st, err)
 	}

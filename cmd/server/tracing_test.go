@@ -164,7 +164,7 @@ func TestTracing(t *testing.T) {
 			t.Errorf("%s: parent %v, trace %s; want a trace of its own (no traceparent sent)", s.Name(), s.Parent(), s.SpanContext().TraceID())
 		}
 	}
-	scripts := []string{"evalsha acquire", "evalsha lease", "evalsha renew", "evalsha state", "evalsha release"}
+	scripts := []string{"fcall acquire", "fcall lease", "fcall renew", "fcall state", "fcall release"}
 	for i, s := range server[:5] {
 		if got := children[s.SpanContext().SpanID()]; !slices.Contains(got, scripts[i]) {
 			t.Errorf("%s: Redis spans beneath it %q, want %q", s.Name(), got, scripts[i])
