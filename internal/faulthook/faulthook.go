@@ -147,6 +147,14 @@ func Install(rdb redis.UniversalClient) *Hook {
 	return h
 }
 
+// ReadTimeout is the read timeout a stalled caller waits for at most: a
+// stall longer than this makes its caller time out.
+func (h *Hook) ReadTimeout() time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.readTimeout
+}
+
 // SetReadTimeout sets the read timeout a stalled caller waits for at most.
 func (h *Hook) SetReadTimeout(d time.Duration) {
 	h.mu.Lock()
