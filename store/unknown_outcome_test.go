@@ -98,6 +98,19 @@ func notGranted(t *testing.T, who string, ch <-chan answer) {
 	}
 }
 
+// answered waits for the answer of who, a request the test needs answered,
+// for at most answerBound.
+func answered(t *testing.T, who string, ch <-chan answer) answer {
+	t.Helper()
+	select {
+	case a := <-ch:
+		return a
+	case <-time.After(answerBound):
+		t.Fatalf("%s not answered after %v", who, answerBound)
+	}
+	return answer{}
+}
+
 // caught waits for a fault to catch its call.
 func caught(t *testing.T, f *faulthook.Fault, what string) {
 	t.Helper()
@@ -188,9 +201,10 @@ func TestLateCopyOfAKeyedRequestAnsweredBusyNeverMakesASecondHolder(t *testing.T
 		t.Fatal(err)
 	}
 	delivered(t, "A's first attempt", first.Deliver())
-	b, err := s.Acquire(as("B"), req)
-	if err != nil || b.Lease == nil {
-		t.Fatalf("B, A's retry on a free lock: %+v %v, want a lease", b, err)
+	ab := answered(t, "B", request(as("B"), s, req))
+	b := ab.res
+	if ab.err != nil || b.Lease == nil {
+		t.Fatalf("B, A's retry on a free lock: %+v %v, want a lease", b, ab.err)
 	}
 	t.Logf("B answered a lease, fence %d, replayed %v", b.Lease.Fence, b.Replayed)
 	delivered(t, "the store's own call", background.Deliver())
@@ -233,9 +247,10 @@ func TestDelayedEndOfAHungUpFairWaitNeverTakesBackTheLeaseItsRetryWasGiven(t *te
 	if _, err := s.Release(as("H"), store.Ref{Name: "x", ID: hl.ID}); err != nil {
 		t.Fatal(err)
 	}
-	b, err := s.Acquire(as("B"), req)
-	if err != nil {
-		t.Fatalf("B, A's retry: %v", err)
+	ab := answered(t, "B", request(as("B"), s, req))
+	b := ab.res
+	if ab.err != nil {
+		t.Fatalf("B, A's retry: %v", ab.err)
 	}
 	if b.Lease == nil && b.Ticket != nil { // queued again: its wait answers the grant
 		p, err := s.Poll(as("B"), store.Ref{Name: "x", ID: b.Ticket.ID}, settleWindow)
