@@ -195,6 +195,9 @@ local function acquire_take(L, now, ARGV)
       end
     end
     keep_ticket(L, tkey, now, tonumber(ARGV[13]), pid)
+    if tonumber(ARGV[13]) > 0 then
+      interest(L, now, tonumber(ARGV[13])) -- its timer hears of a hold that ends sooner ('w:')
+    end
     return queued_reply(L, th, tkey, now)
   end
   local wait = tonumber(ARGV[15])

@@ -33,6 +33,9 @@ local function poll_ticket(L, now, ARGV)
     return {'gone'}
   end
   keep_ticket(L, tkey, now, tonumber(ARGV[4]), ARGV[6])
+  if tonumber(ARGV[4]) > 0 then
+    interest(L, now, tonumber(ARGV[4])) -- its timer hears of a hold that ends sooner ('w:')
+  end
   return queued_reply(L, th, tkey, now)
 end
 
