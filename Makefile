@@ -61,7 +61,7 @@ screenshots: deps tools-test
 
 # The side-by-side benchmark (bench/): it starts its own redis-server, etcd and
 # Baton on free loopback ports, and prints the budgets table (Baton against the
-# hello and floor rows). bench-quick: about 3 min, writes bench/results.json;
+# hello and floor rows). bench-quick: a few minutes, writes bench/results.json;
 # bench: about 15 min, also bench/RESULTS.md and bench/results.svg, with the
 # reference commit (b42c606, built at run time from git archive: needs git)
 # run beside Baton as baton-ref. Both run the uncontended scenario in memory and

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -28,10 +29,11 @@ import (
 // what a server does on a timer, whatever the load), counted apart by command.
 //
 // Command time: the same pairs again without MONITOR (which slows scripts
-// down), the time Redis spent in their commands by INFO commandstats: the time
-// of the commands clients sent, scripts with the commands they ran (commandstats
-// counts a script's inner commands again under their own names, so a command's
-// time counts in the share of its calls that MONITOR saw come from a client).
+// down), in batches, the time Redis spent in their commands by INFO
+// commandstats in the least batch: the time of the commands clients sent,
+// scripts with the commands they ran (commandstats counts a script's inner
+// commands again under their own names, so a command's time counts in the share
+// of its calls that MONITOR saw come from a client).
 //
 // Keys: N names each acquired and released once (16 clients), then the keys
 // Redis holds for them (SCAN MATCH on the names), right after the last release:
@@ -160,28 +162,40 @@ func countCommands(ctx context.Context, stats *redis.Client, pair pairFunc, name
 	return c, m.until(mark+"-end", func(l string) { c.add(l, name) })
 }
 
-// execTime makes n more pairs on name and returns the time per pair Redis spent
-// in the commands clients sent (see monitorCount.top) by INFO commandstats.
+// execTime makes n more pairs on name, in batches of execBatch, and returns the
+// time per pair Redis spent in the commands clients sent (see monitorCount.top)
+// by INFO commandstats, in the least batch: commandstats times commands on the
+// wall clock, so a batch in which another process preempted Redis mid-command
+// counts that time too, and on a loaded machine most do.
 func execTime(ctx context.Context, stats *redis.Client, pair pairFunc, name string, n int, c monitorCount) (float64, error) {
 	before, err := commandUsec(ctx, stats)
 	if err != nil {
 		return 0, err
 	}
-	for range n {
-		if err := pair(ctx, name); err != nil {
+	var batches []float64
+	for done := 0; done < n; done += execBatch {
+		k := min(execBatch, n-done)
+		for range k {
+			if err := pair(ctx, name); err != nil {
+				return 0, err
+			}
+		}
+		after, err := commandUsec(ctx, stats)
+		if err != nil {
 			return 0, err
 		}
+		var usec float64
+		for cmd, top := range c.top {
+			usec += float64(after[cmd]-before[cmd]) * float64(top) / float64(top+c.lua[cmd])
+		}
+		batches = append(batches, usec/float64(k))
+		before = after
 	}
-	after, err := commandUsec(ctx, stats)
-	if err != nil {
-		return 0, err
-	}
-	var usec float64
-	for cmd, top := range c.top {
-		usec += float64(after[cmd]-before[cmd]) * float64(top) / float64(top+c.lua[cmd])
-	}
-	return usec / float64(n), nil
+	return slices.Min(batches), nil
 }
+
+// execBatch is the pairs of one batch of execTime.
+const execBatch = 10
 
 // commandUsec is INFO commandstats' usec by command, lower case.
 func commandUsec(ctx context.Context, stats *redis.Client) (map[string]int64, error) {

@@ -17,7 +17,7 @@
 // CPU 1 and this process (the load generator) on CPU 0. With -baton-bin it runs
 // a prebuilt Baton instead, to compare two commits (see the README).
 //
-//	go run ./bench          # quick: about three minutes
+//	go run ./bench          # quick: a few minutes
 //	go run ./bench -full    # full: about a quarter of an hour, also writes RESULTS.md and the chart
 package main
 

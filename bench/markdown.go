@@ -98,9 +98,10 @@ Scenarios:
   MONITOR, between two ECHO markers this program sends: the lines of the pairs
   (sent by the client and naming the lock, or run by a script) per pair, the
   others (PING, TIME, the secret's refresh: timers) counted apart as background.
-  The same number of pairs again without MONITOR for the command time: INFO
-  commandstats' usec of the commands the client sent (a script's including its
-  inner commands). Then N names each acquired and released once by 16 clients,
+  The same number of pairs again without MONITOR, in batches of 10, for the
+  command time: INFO commandstats' usec of the commands the client sent (a
+  script's including its inner commands) in the least batch (commandstats times
+  on the wall clock, so a batch in which Redis was preempted counts that too). Then N names each acquired and released once by 16 clients,
   and the keys Redis holds for them right after (SCAN MATCH on the names).
 - **uncontended**: distinct names, closed loop at each concurrency, for a fixed
   time after a warm-up; latency per pair from an HdrHistogram; server CPU from

@@ -28,7 +28,7 @@ func (e *env) buildRef(ctx context.Context, ref string) (string, error) {
 		{"tar", "-xf", archive, "-C", src},
 	} {
 		if b, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput(); err != nil {
-			return "", fmt.Errorf("-ref %s: %s: %w\n%s", ref, strings.Join(args[:2], " "), err, b)
+			return "", fmt.Errorf("-ref %s: %s: %w\n%s(-ref none runs without the reference)", ref, strings.Join(args[:2], " "), err, b)
 		}
 	}
 	bin := filepath.Join(e.dir, "baton-ref")

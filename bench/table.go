@@ -139,9 +139,9 @@ func (r *results) commandsTable() string {
 		r.Commands[0].Pairs, r.Commands[0].Names)
 	b.WriteString(mdTable([]string{"system", "commands/pair", "in scripts", "background lines meanwhile (apart)", "command time µs/pair", "keys/released name"}, rows))
 	b.WriteString("\nA line counts for the pairs when a script ran it or it names the lock; the others (timers: PING, TIME, ...) are background. " +
-		"Command time: as many pairs again without MONITOR, INFO commandstats' usec of the commands the client sent (a script's with its inner commands; " +
-		"a command's usec counts in the share of its calls MONITOR saw sent by a client, not run by a script): the time Redis spent executing them, " +
-		"without reading, parsing and answering. Keys: SCAN MATCH on the names, on the shared redis-server, before any fence guard passes.\n\n")
+		"Command time: as many pairs again without MONITOR, in batches of 10, INFO commandstats' usec of the commands the client sent (a script's with its inner commands; " +
+		"a command's usec counts in the share of its calls MONITOR saw sent by a client, not run by a script), in the least batch: the time Redis spent executing them, " +
+		"without reading, parsing and answering (wall time: a batch in which Redis was preempted mid-command counts that too). Keys: SCAN MATCH on the names, on the shared redis-server, before any fence guard passes.\n\n")
 	return b.String()
 }
 
