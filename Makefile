@@ -59,15 +59,18 @@ clean:
 screenshots: deps tools-test
 	$(GO) test -count=1 -run '^TestDashboard$$' ./ui -screenshots
 
-# The side-by-side benchmark of issue 4 (bench/): it starts its own redis-server,
-# etcd and Baton on free loopback ports. bench-quick: about 2 min, writes
-# bench/results.json; bench: about 12 min, also bench/RESULTS.md and bench/results.svg.
-# Both run the uncontended scenario in memory and durable (-durability), and the
-# cluster scenario (a 3-master Redis Cluster: needs redis-cli).
+# The side-by-side benchmark (bench/): it starts its own redis-server, etcd and
+# Baton on free loopback ports, and prints the budgets table (Baton against the
+# hello and floor rows). bench-quick: a few minutes, writes bench/results.json;
+# bench: about 15 min, also bench/RESULTS.md and bench/results.svg, with the
+# reference commit (b42c606, built at run time from git archive: needs git)
+# run beside Baton as baton-ref. Both run the uncontended scenario in memory and
+# durable (-durability), and the cluster scenario (a 3-master Redis Cluster:
+# needs redis-cli).
 .PHONY: bench bench-quick tools-bench
 
 tools-bench:
-	@scripts/need.sh -w "for the benchmark (its peers)" etcd=etcd-server redis-server=redis-server redis-cli=redis-tools
+	@scripts/need.sh -w "for the benchmark (its peers; git builds the reference commit)" etcd=etcd-server redis-server=redis-server redis-cli=redis-tools git=git
 
 bench: deps tools-bench
 	$(GO) run ./bench -full

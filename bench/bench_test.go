@@ -5,19 +5,22 @@ import (
 	"errors"
 	"math"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/batonhq/baton/auth"
+	"github.com/batonhq/baton/client"
 	"github.com/batonhq/baton/internal/batontest"
 	"github.com/batonhq/baton/internal/redistest"
 )
 
 // TestSmoke runs the harness's cheapest paths against a real redis-server, so
 // that `go test ./...` keeps it compiling and working: redis-script uncontended
-// at concurrency 1 for 200 ms, and a round of redis-script handoffs.
+// at concurrency 1 for 200 ms (with Redis's own CPU count), and a round of
+// redis-script handoffs.
 func TestSmoke(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -30,12 +33,12 @@ func TestSmoke(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	s := newScriptLocker(rdb, "smoke")
 
-	u, err := uncontended(ctx, target{system: sysRedisScript, pair: s.pair, pids: []int{pid}}, 1, 50*time.Millisecond, 200*time.Millisecond, 0, "smoke")
+	u, err := uncontended(ctx, target{system: sysRedisScript, pair: s.pair, pids: []int{pid}, redis: rdb}, 1, 50*time.Millisecond, 200*time.Millisecond, 0, "smoke")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u.ops <= 0 || u.p50 <= 0 || u.p99 < u.p50 || u.errors != 0 {
-		t.Errorf("uncontended: got %+v, want pairs with p99 >= p50 > 0 and no errors", u)
+	if u.ops <= 0 || u.p50 <= 0 || u.p99 < u.p50 || u.errors != 0 || u.redisCPU <= 0 {
+		t.Errorf("uncontended: got %+v, want pairs with p99 >= p50 > 0, Redis CPU and no errors", u)
 	}
 
 	h, err := handoff(ctx, scriptHandoff(rdb, s), 2, 4, "smoke-h")
@@ -327,5 +330,82 @@ func TestObserve(t *testing.T) {
 	}
 	if got := rank(xs, 99); got != 5 {
 		t.Errorf("rank 99 = %v, want 5", got)
+	}
+}
+
+// TestCommands counts the floor's pair under MONITOR, with a PING on another
+// connection in every pair that must count as background, and the keys that
+// the floor and a leaky system leave per released name.
+func TestCommands(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	rdb, stats := newRedisClient(srv.Addr()), statsClient(srv.Addr())
+	t.Cleanup(func() { _, _ = rdb.Close(), stats.Close() })
+	floor := newFloorLocker(rdb, floorPrefix).pair
+	pair := func(ctx context.Context, name string) error {
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			return err
+		}
+		return floor(ctx, name)
+	}
+	const n = 50
+	c, err := countCommands(ctx, stats, pair, "one", n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// SET and EVALSHA sent, GET and DEL run by the script.
+	if c.pair != 4*n || c.inner != 2*n || c.top["set"] != n || c.lua["del"] != n || c.background["ping"] != n {
+		t.Errorf("got %+v, want %d lines of pairs (%d in scripts) and %d PINGs apart", c, 4*n, 2*n, n)
+	}
+	if x, err := execTime(ctx, stats, pair, "one", n, c); err != nil || x <= 0 {
+		t.Errorf("command time: got %v µs per pair, %v; want some", x, err)
+	}
+	if k, err := keysLeft(ctx, stats, floor, "kpn.floor.", 100); err != nil || k != 0 {
+		t.Errorf("floor: %v keys per released name, %v; want 0", k, err)
+	}
+	leaky := func(ctx context.Context, name string) error { return rdb.Set(ctx, "leak:{"+name+"}", 1, 0).Err() }
+	if k, err := keysLeft(ctx, stats, leaky, "kpn.leaky.", 100); err != nil || k != 1 {
+		t.Errorf("leaky: %v keys per released name, %v; want 1", k, err)
+	}
+}
+
+// TestHello: the hello server answers Baton's client as Baton would a pair.
+func TestHello(t *testing.T) {
+	srv := httptest.NewServer(helloHandler())
+	t.Cleanup(srv.Close)
+	if err := batonPair(client.New(srv.URL), 0)(context.Background(), "x"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBudgets judges each figure on its rows: a figure whose rows are missing
+// is not measured, and the reference's figure is given beside it, not judged.
+func TestBudgets(t *testing.T) {
+	r := &results{
+		Commands: []commandsRow{
+			{System: sysBaton, PerPair: 41, ExecPerPair: 120, KeysPerName: 2},
+			{System: sysBatonRef, PerPair: 8, ExecPerPair: 20, KeysPerName: 1},
+			{System: sysFloor, PerPair: 4, ExecPerPair: 8},
+		},
+		Uncontended: []uncontendedRow{
+			{System: sysBaton, Durability: durMemory, Concurrency: 16, OpsPerSec: 3000, ServerCPU: 100, ProcessCPU: 60, RedisCPU: 40},
+			{System: sysHello, Durability: durMemory, Concurrency: 16, OpsPerSec: 9000, ServerCPU: 50, ProcessCPU: 50},
+			{System: sysFloor, Durability: durMemory, Concurrency: 16, OpsPerSec: 9000, ServerCPU: 10, RedisCPU: 10},
+		},
+		Handoff: []handoffRow{{System: sysBaton, Waiters: 16, P50: 0.3}, {System: sysRedisScript, Waiters: 16, P50: 0.1}},
+	}
+	want := []string{"MISS", "MISS", "MISS", "MISS", "PASS", notMeasured, notMeasured, "MISS", notMeasured}
+	bs := evaluateBudgets(r)
+	if len(bs) != len(want) {
+		t.Fatalf("got %d figures, want %d", len(bs), len(want))
+	}
+	for i, b := range bs {
+		if b.Status != want[i] {
+			t.Errorf("%s: got %s (%s), want %s", b.Figure, b.Status, b.Baton, want[i])
+		}
+	}
+	if bs[0].Reference == "" || bs[2].Reference != "" {
+		t.Errorf("reference: got %q and %q, want the commands figure only", bs[0].Reference, bs[2].Reference)
 	}
 }

@@ -9,9 +9,15 @@ const (
 	sysEtcdLease   = "etcd-lease" // etcd with one lease kept per client: lock + unlock per pair
 	sysRedislock   = "redislock"
 	sysRedisScript = "redis-script"
+	sysBatonRef    = "baton-ref" // the reference commit's Baton (-ref), on the same Redis
+	sysHello       = "hello"     // two requests to a minimal net/http handler: the HTTP floor
+	sysFloor       = "floor"     // SET NX PX + a Lua compare-and-delete: the Redis floor
 )
 
-var allSystems = []string{sysBaton, sysEtcd, sysEtcdLease, sysRedislock, sysRedisScript}
+var allSystems = []string{sysBaton, sysBatonRef, sysHello, sysEtcd, sysEtcdLease, sysFloor, sysRedislock, sysRedisScript}
+
+// defaultRef is the commit the full mode builds and runs as baton-ref.
+const defaultRef = "b42c606"
 
 // The cells of the durability table: each system without persistence (Redis
 // with no AOF or RDB, etcd's data on tmpfs) and durable (Redis with appendonly
@@ -72,6 +78,11 @@ type config struct {
 	namesMax    map[string]int // system -> the most names it runs with; absent: no cap
 
 	batonBin string // a prebuilt Baton to run instead of building ./cmd/server; "" builds
+	ref      string // a commit to build and run beside it as baton-ref; "" for none
+
+	// commands: pairs on one name under MONITOR, and names each acquired and
+	// released once before their keys are counted
+	monitorPairs, keysNames int
 
 	// uncontended: also Baton with access control off and in keys mode
 	// (baton-off, baton-keys), beside the default protected mode (baton)
@@ -108,6 +119,8 @@ func quickConfig() config {
 		etcdExpiryReps:     15,
 		namesCounts:        []int{10000},
 		namesGuard:         2 * time.Second,
+		monitorPairs:       200,
+		keysNames:          500,
 	}
 }
 
@@ -141,7 +154,10 @@ func fullConfig() config {
 		namesGuard:         2 * time.Second,
 		// redislock deletes its key on release: 1M names would show nothing
 		// 100k does not, and cost 30 s of the 10 minutes.
-		namesMax: map[string]int{sysRedislock: 100000},
+		namesMax:     map[string]int{sysRedislock: 100000},
+		ref:          defaultRef,
+		monitorPairs: 1000,
+		keysNames:    2000,
 	}
 }
 

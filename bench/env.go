@@ -21,12 +21,15 @@ import (
 )
 
 // env is everything the benchmark started: one redis-server without
-// persistence shared by Baton, redislock and redis-script, one etcd with its
-// data on tmpfs, and Baton built from the tree (or the prebuilt binary of
-// -baton-bin): the memory cell of the durability table, which every scenario
-// uses. With the durable cell (-durability), the uncontended scenario also gets
-// a durable redis-server (appendonly, appendfsync always, on disk) with a Baton
-// of its own, and an etcd with its data on disk.
+// persistence shared by Baton, redislock, redis-script and the floor, one etcd
+// with its data on tmpfs, and Baton built from the tree (or the prebuilt binary
+// of -baton-bin): the memory cell of the durability table, which every scenario
+// uses. Beside them, for the uncontended scenario, the hello server, and with
+// -ref a Baton built from that commit (baton-ref) on the same redis-server,
+// under a key prefix of its own. With the durable cell (-durability), the
+// uncontended scenario also gets a durable redis-server (appendonly,
+// appendfsync always, on disk) with a Baton of its own, and an etcd with its
+// data on disk.
 type env struct {
 	cfg      config
 	root     string
@@ -36,16 +39,23 @@ type env struct {
 	noFile   uint64
 	redis    *redistest.Server
 	redisPID int
-	etcd     *proc // the memory cell's etcd, which every scenario uses
+	stats    *redis.Client // one connection to redis, for INFO and the like
+	etcd     *proc         // the memory cell's etcd, which every scenario uses
 	etcdURL  string
 	etcdDir  string
 	batonBin string
 	baton    *proc
 	batonURL string
+	hello    *proc
+	helloURL string
+	ref      *proc // baton-ref
+	refURL   string
+	refBin   string
 
 	// the durable cell, for the uncontended scenario
 	redisAOF    *redistest.Server
 	redisAOFPID int
+	statsAOF    *redis.Client
 	batonAOF    *proc
 	batonAOFURL string
 	etcdDisk    *proc
@@ -95,6 +105,7 @@ func newEnv(ctx context.Context, root string, cfg config) (e *env, err error) {
 		}
 	}
 	e.pin.Processes["redis-server"] = allowedCPUs(e.redisPID)
+	e.stats = statsClient(e.redis.Addr())
 
 	wantEtcd := cfg.wantSystem(sysEtcd) || cfg.wantSystem(sysEtcdLease)
 	if wantEtcd && (cfg.wantScenario("uncontended") && cfg.wantDurability(durMemory) || cfg.wantScenario("handoff") || cfg.wantScenario("expiry_handoff")) {
@@ -130,6 +141,7 @@ func newEnv(ctx context.Context, root string, cfg config) (e *env, err error) {
 			}
 		}
 		e.pin.Processes["redis-server-aof"] = allowedCPUs(e.redisAOFPID)
+		e.statsAOF = statsClient(e.redisAOF.Addr())
 	}
 	if cfg.wantSystem(sysBaton) {
 		if cfg.batonBin != "" {
@@ -137,7 +149,8 @@ func newEnv(ctx context.Context, root string, cfg config) (e *env, err error) {
 			fmt.Printf("baton: %s (prebuilt)\n", e.batonBin)
 		} else {
 			fmt.Println("building baton ...")
-			if err := e.buildBaton(ctx); err != nil {
+			e.batonBin = filepath.Join(e.dir, "baton")
+			if err := e.goBuild(ctx, e.root, e.batonBin); err != nil {
 				return nil, err
 			}
 		}
@@ -152,7 +165,37 @@ func newEnv(ctx context.Context, root string, cfg config) (e *env, err error) {
 			e.pin.Processes["baton-aof"] = allowedCPUs(e.batonAOF.pid())
 		}
 	}
-	return e, nil
+	return e, e.startExtras(ctx)
+}
+
+// startExtras starts the hello server and baton-ref, for the scenarios and
+// systems that use them.
+func (e *env) startExtras(ctx context.Context) (err error) {
+	c := e.cfg
+	if c.wantSystem(sysHello) && c.wantScenario("uncontended") && c.wantDurability(durMemory) {
+		if e.hello, e.helloURL, err = e.startHello(ctx); err != nil {
+			return err
+		}
+		e.pin.Processes[sysHello] = allowedCPUs(e.hello.pid())
+	}
+	if c.ref == "" || !c.wantSystem(sysBatonRef) || !(c.wantScenario("uncontended") || c.wantScenario("handoff") || c.wantScenario("commands")) {
+		return nil
+	}
+	fmt.Printf("building baton-ref (%s) ...\n", c.ref)
+	if e.refBin, err = e.buildRef(ctx, c.ref); err != nil {
+		return err
+	}
+	if e.ref, e.refURL, err = e.startBatonBin(ctx, e.refBin, "BATON_KEY_PREFIX="+refPrefix); err != nil {
+		return err
+	}
+	e.pin.Processes[sysBatonRef] = allowedCPUs(e.ref.pid())
+	return nil
+}
+
+// statsClient is one connection to the Redis at addr, for this program's own
+// reads (INFO, SCAN, markers), apart from the load.
+func statsClient(addr string) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: addr, ClientName: benchClientName, PoolSize: 1})
 }
 
 // batonSettings is how startBaton configures every Baton, for results.json.
@@ -160,7 +203,7 @@ const batonSettings = "BATON_LOG_LEVEL=warn BATON_MAX_WAIT=10m BATON_MAX_WAITERS
 
 func (e *env) setup() setup {
 	s := setup{
-		Redis:    "redis-server, no persistence (--save '' --appendonly no), shared by baton, redislock and redis-script",
+		Redis:    "redis-server, no persistence (--save '' --appendonly no), shared by baton (and baton-ref), floor, redislock and redis-script",
 		EtcdData: "tmpfs (/dev/shm): its fsyncs cost nothing, like Redis without persistence",
 		Baton:    "built from the tree" + binaryCommit(e.batonBin) + "; " + batonSettings,
 		Runs:     e.cfg.runs,
@@ -171,6 +214,10 @@ func (e *env) setup() setup {
 	}
 	if e.cfg.batonBin != "" {
 		s.Baton = "prebuilt " + e.cfg.batonBin + binaryCommit(e.batonBin) + "; " + batonSettings
+	}
+	if e.ref != nil {
+		s.Reference = "commit " + e.cfg.ref + ", built from a copy of its tree (git archive), BATON_KEY_PREFIX=" + refPrefix +
+			", on the same redis-server; " + batonSettings
 	}
 	if !etcdOnTmpfs() {
 		s.EtcdData = "disk (no /dev/shm on this machine): a temporary directory under " + os.TempDir()
@@ -248,7 +295,7 @@ func (e *env) servingPIDs() []int {
 		}
 	}
 	live = append(live, e.clusterPIDs...)
-	for _, p := range []*proc{e.etcd, e.etcdDisk, e.baton, e.batonAOF} {
+	for _, p := range []*proc{e.etcd, e.etcdDisk, e.baton, e.batonAOF, e.hello, e.ref} {
 		if p != nil && p.alive() {
 			live = append(live, p.pid())
 		}
@@ -282,9 +329,14 @@ func loadAverage() string {
 
 // close stops everything and removes the temporary files.
 func (e *env) close() {
-	for _, p := range []*proc{e.baton, e.batonAOF, e.etcd, e.etcdDisk} {
+	for _, p := range []*proc{e.baton, e.batonAOF, e.ref, e.hello, e.etcd, e.etcdDisk} {
 		if p != nil {
 			p.stop(5 * time.Second)
+		}
+	}
+	for _, c := range []*redis.Client{e.stats, e.statsAOF} {
+		if c != nil {
+			_ = c.Close()
 		}
 	}
 	for _, r := range []*redistest.Server{e.redis, e.redisAOF} {
@@ -317,22 +369,20 @@ func redisPID(ctx context.Context, addr string) (int, error) {
 	return 0, errors.New("redis INFO server has no process_id")
 }
 
-// buildBaton builds cmd/server from the tree, on all CPUs.
-func (e *env) buildBaton(ctx context.Context) error {
-	e.batonBin = filepath.Join(e.dir, "baton")
+// goBuild builds the cmd/server of the module in dir into out, on all CPUs.
+func (e *env) goBuild(ctx context.Context, dir, out string) error {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		goBin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 	}
-	args := []string{goBin, "build", "-o", e.batonBin, "./cmd/server"}
+	args := []string{goBin, "build", "-o", out, "./cmd/server"}
 	if e.pinned {
 		args = append([]string{"taskset", "-c", fmt.Sprintf("0-%d", e.pin.CPUs-1)}, args...)
 	}
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
-	cmd.Dir = e.root
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("go build ./cmd/server: %w\n%s", err, out)
+	cmd.Dir = dir
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build ./cmd/server: %w\n%s", err, b)
 	}
 	return nil
 }
@@ -341,6 +391,11 @@ func (e *env) buildBaton(ctx context.Context) error {
 // waits until it is ready. extra is more environment, NAME=value; it overrides
 // the defaults (the names scenario points a Baton at its own Redis with it).
 func (e *env) startBaton(ctx context.Context, extra ...string) (*proc, string, error) {
+	return e.startBatonBin(ctx, e.batonBin, extra...)
+}
+
+// startBatonBin is startBaton with the server binary bin.
+func (e *env) startBatonBin(ctx context.Context, bin string, extra ...string) (*proc, string, error) {
 	var last error
 	for range 3 {
 		port, err := redistest.FreePort()
@@ -354,7 +409,7 @@ func (e *env) startBaton(ctx context.Context, extra ...string) (*proc, string, e
 			"BATON_LOG_LEVEL=warn",
 			"BATON_MAX_WAIT=10m",
 			"BATON_MAX_WAITERS=100000",
-		}, extra...), e.batonBin)
+		}, extra...), bin)
 		if err != nil {
 			return nil, "", err
 		}

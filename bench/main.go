@@ -1,10 +1,15 @@
 // Command bench runs Baton side by side with etcd's HTTP lock API, bsm/redislock
 // and Baton's own Lua scripts called straight from Go (the ceiling Baton's HTTP
-// layer can approach), on one machine in one run, and writes bench/results.json
-// (and, with -full, bench/RESULTS.md and bench/results.svg). See issue 4. Its
-// names scenario measures what a lock name costs Redis after its last release
-// (issue 16), and makes the run exit 1 when keys outlive the fence guard; its
-// shared scenario, shared holds on one lock (issue 10).
+// layer can approach), and beside two floors: hello, two requests to a minimal
+// net/http server (what HTTP costs), and floor, SET NX PX and a compare-and-delete
+// script (what a Redis lock costs Redis), on one machine in one run, and writes
+// bench/results.json (and, with -full, bench/RESULTS.md and bench/results.svg).
+// Its commands scenario counts the Redis commands of a pair (MONITOR) and the
+// keys a released name leaves; its budgets table sets Baton's figures against
+// the floors, and against a reference commit's Baton run beside it (-ref,
+// b42c606 by default with -full). Its names scenario measures what a lock name
+// costs Redis after its last release, and makes the run exit 1 when keys outlive
+// the fence guard; its shared scenario, shared holds on one lock.
 //
 // It starts everything it measures itself, on free loopback ports: a redis-server,
 // an etcd and a Baton built from this tree, and stops them again at the end, also
@@ -12,8 +17,8 @@
 // CPU 1 and this process (the load generator) on CPU 0. With -baton-bin it runs
 // a prebuilt Baton instead, to compare two commits (see the README).
 //
-//	go run ./bench          # quick: about a minute and a half
-//	go run ./bench -full    # full: under ten minutes, also writes RESULTS.md and the chart
+//	go run ./bench          # quick: a few minutes
+//	go run ./bench -full    # full: about a quarter of an hour, also writes RESULTS.md and the chart
 package main
 
 import (
@@ -32,6 +37,13 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == helloFlag {
+		if err := helloServer(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "bench hello server:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) > 1 && os.Args[1] == helperFlag {
 		if err := waiterHelper(os.Args[2:]); err != nil {
 			fmt.Fprintln(os.Stderr, "bench waiter helper:", err)
@@ -55,8 +67,8 @@ func main() {
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	full := fs.Bool("full", false, "the full comparison (<= 10 min); also writes RESULTS.md and results.svg")
-	only := fs.String("only", "", "comma-separated scenarios to run (uncontended,handoff,shared,waiters,expiry_handoff,names,cluster); default all")
-	systems := fs.String("systems", "", "comma-separated systems to run (baton,etcd,etcd-lease,redislock,redis-script); default all")
+	only := fs.String("only", "", "comma-separated scenarios to run (commands,uncontended,handoff,shared,waiters,expiry_handoff,names,cluster); default all")
+	systems := fs.String("systems", "", "comma-separated systems to run ("+strings.Join(allSystems, ",")+"); default all")
 	rate := fs.Float64("rate", 0, "uncontended: open-loop at this many pairs/s per run instead of closed-loop max throughput")
 	durability := fs.String("durability", "both", "uncontended: the durability cells to run: memory (Redis without persistence, etcd's data on tmpfs), durable (Redis appendfsync always, etcd on disk), or both; the other scenarios always run on the memory cell")
 	duration := fs.Duration("duration", 0, "uncontended: measured time of one run (default: the mode's)")
@@ -66,6 +78,7 @@ func run(ctx context.Context, args []string) error {
 	namesGuard := fs.Duration("names-guard", 0, "names: the fence guard, and the leases' ttl (default: the mode's)")
 	authCompare := fs.Bool("auth-compare", false, "uncontended: also run Baton with BATON_AUTH=off (baton-off) and in keys mode with a Bearer key (baton-keys)")
 	batonBin := fs.String("baton-bin", "", "run this prebuilt Baton server binary instead of building ./cmd/server (to compare commits: see the README)")
+	ref := fs.String("ref", "", "build this commit's server and run it beside Baton as baton-ref, in the commands, uncontended and handoff scenarios; 'none' for none (default: "+defaultRef+" with -full, none without)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -84,6 +97,13 @@ func run(ctx context.Context, args []string) error {
 		return fmt.Errorf("-durability %q: want memory, durable or both", *durability)
 	}
 	cfg.authCompare = *authCompare
+	switch *ref {
+	case "":
+	case "none":
+		cfg.ref = ""
+	default:
+		cfg.ref = *ref
+	}
 	if *batonBin != "" {
 		if cfg.batonBin, err = prebuilt(*batonBin); err != nil {
 			return err
@@ -140,10 +160,14 @@ func run(ctx context.Context, args []string) error {
 	}
 	runStart := e.mark()
 
+	// A scenario that fails ends the run, but the tables of those before it are
+	// still printed (not written: the files keep the last whole run).
+	var failed error
 	for _, sc := range []struct {
 		name string
 		fn   func(context.Context, *env, config, *results) error
 	}{
+		{"commands", runCommandsAll},
 		{"uncontended", runUncontendedAll},
 		{"handoff", runHandoffAll},
 		{"shared", runSharedAll},
@@ -160,7 +184,8 @@ func run(ctx context.Context, args []string) error {
 			if ctx.Err() != nil {
 				return fmt.Errorf("interrupted: %w", ctx.Err())
 			}
-			return fmt.Errorf("%s: %w", sc.name, err)
+			failed = fmt.Errorf("%s: %w", sc.name, err)
+			break
 		}
 		other := round(e.otherLoad(m, e.mark()), 1)
 		res.Load.Scenarios[sc.name] = other
@@ -169,10 +194,14 @@ func run(ctx context.Context, args []string) error {
 	res.Load.Run = round(e.otherLoad(runStart, e.mark()), 1)
 	res.Load.End = loadAverage()
 	res.Goals = evaluateGoals(res)
+	res.Budgets = evaluateBudgets(res)
 	res.elapsed = time.Since(started)
 	table := res.table()
 	fmt.Println()
 	fmt.Print(table)
+	if failed != nil {
+		return fmt.Errorf("%w (the tables above are of the scenarios before it; no file written)", failed)
+	}
 
 	if err := res.writeJSON(filepath.Join(dir, "results.json")); err != nil {
 		return err

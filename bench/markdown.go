@@ -63,6 +63,14 @@ style (etcd or etcd-lease) in the same cell.
 
 - **baton**: HTTP/1.1 through the ` + "`client`" + ` package: POST /v1/locks/{name},
   DELETE the lease.
+- **baton-ref** (with ` + "`-ref COMMIT`" + `; b42c606 in the full run): the server of that
+  commit, built at run time from a copy of its tree (` + "`git archive`" + `), a process
+  of its own beside baton on the same redis-server under ` + "`BATON_KEY_PREFIX=ref`" + `,
+  in the commands, uncontended and handoff scenarios: the reference of the budgets.
+- **hello**: the HTTP floor. A minimal net/http server (this program in a
+  process of its own, pinned with the serving side) that reads each request and
+  answers Baton's two routes of a pair with fixed bodies, driven by the same
+  client as baton: what two requests cost net/http here before any work.
 - **baton-off**, **baton-keys** (only with ` + "`-auth-compare`" + `, in uncontended):
   the same Baton binary, each in a process of its own with its own key prefix,
   with ` + "`BATON_AUTH=off`" + `, and in keys mode (` + "`BATON_AUTH_FILE`" + ` with one key granted
@@ -75,19 +83,33 @@ style (etcd or etcd-lease) in the same cell.
   concurrency package keeps one session lease): each client grants one lease
   before the warm-up and takes every lock under it, so a pair is /v3/lock/lock
   and /v3/lock/unlock, 2 calls.
+- **floor**: the Redis floor, in this process on the same Redis: ` + "`SET key token NX PX`" + `,
+  then a Lua compare-and-delete (GET, DEL), as bsm/redislock releases.
 - **redislock**: github.com/bsm/redislock in this process (Obtain, Release), same
-  Redis.
+  Redis (its Obtain is a script around SET NX PX, a little above the floor).
 - **redis-script**: Baton's own acquire and release scripts (lua/) called from Go
   with go-redis, same keys and arguments as Baton's store: the ceiling Baton's
   HTTP layer can approach.
 
 Scenarios:
 
+- **commands**: for each system on the shared redis-server, 20 warm-up pairs on
+  one name, then a fixed number of pairs on it, one after another, under
+  MONITOR, between two ECHO markers this program sends: the lines of the pairs
+  (sent by the client and naming the lock, or run by a script) per pair, the
+  others (PING, TIME, the secret's refresh: timers) counted apart as background.
+  The same number of pairs again without MONITOR, in batches of 10, for the
+  command time: INFO commandstats' usec of the commands the client sent (a
+  script's including its inner commands) in the least batch (commandstats times
+  on the wall clock, so a batch in which Redis was preempted counts that too). Then N names each acquired and released once by 16 clients,
+  and the keys Redis holds for them right after (SCAN MATCH on the names).
 - **uncontended**: distinct names, closed loop at each concurrency, for a fixed
   time after a warm-up; latency per pair from an HdrHistogram; server CPU from
   /proc/<pid>/stat (utime+stime) of the serving side over the measured window
-  (baton: its process and redis-server; etcd: its process; redislock and
-  redis-script: redis-server). Each row also gives the median share of the
+  (baton: its process and redis-server; etcd: its process; hello: its process;
+  floor, redislock and redis-script: redis-server), and apart the server process
+  alone (baton, hello) and redis-server by its own count (INFO used_cpu_sys +
+  used_cpu_user, to the microsecond). Each row also gives the median share of the
   machine's CPU that processes not of this run took during its runs (other
   load): the figures of a row with more than a few % are perturbed. ` + "`-rate`" + ` switches to open loop, latency from each
   pair's intended start (no coordinated omission).

@@ -234,3 +234,31 @@ func scriptHandoff(rdb *redis.Client, s *scriptLocker) handoffRound {
 
 // benchLua are the scripts' settings in the benchmark: Baton's defaults.
 var benchLua = lua.Defaults
+
+// redisCPU is the CPU time a redis-server has used so far by its own count
+// (INFO cpu: used_cpu_sys + used_cpu_user, from getrusage, to the microsecond).
+func redisCPU(ctx context.Context, rdb *redis.Client) (time.Duration, error) {
+	info, err := rdb.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0, fmt.Errorf("info cpu: %w", err)
+	}
+	var sum float64
+	for _, field := range []string{"used_cpu_sys", "used_cpu_user"} {
+		s, err := infoFloat(info, field)
+		if err != nil {
+			return 0, err
+		}
+		sum += s
+	}
+	return time.Duration(sum * float64(time.Second)), nil
+}
+
+// infoFloat reads a decimal field of an INFO reply.
+func infoFloat(info, field string) (float64, error) {
+	for _, l := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), field+":"); ok {
+			return strconv.ParseFloat(v, 64)
+		}
+	}
+	return 0, fmt.Errorf("INFO has no %s", field)
+}

@@ -21,7 +21,9 @@ type uncontendedRow struct {
 	P50          float64 `json:"p50_ms"`
 	P99          float64 `json:"p99_ms"`
 	ServerCPU    float64 `json:"server_cpu_us_per_op"`
-	OtherLoad    float64 `json:"other_load_percent"` // median over the runs of other processes' share of the machine's CPU
+	ProcessCPU   float64 `json:"process_cpu_us_per_op,omitempty"` // the server process alone (Baton, hello): /proc
+	RedisCPU     float64 `json:"redis_cpu_us_per_op,omitempty"`   // its redis-server alone: INFO used_cpu_sys + used_cpu_user
+	OtherLoad    float64 `json:"other_load_percent"`              // median over the runs of other processes' share of the machine's CPU
 	generatorCPU float64 // percent of one CPU
 }
 
@@ -96,6 +98,7 @@ type setup struct {
 	Loop       string `json:"uncontended_loop"`
 	Names      string `json:"names"`
 	Durability string `json:"uncontended_durability"`
+	Reference  string `json:"reference,omitempty"`
 }
 
 // otherLoad is how busy the machine was with processes not of this run: they
@@ -122,6 +125,7 @@ type results struct {
 	Setup   setup     `json:"setup"`
 	Load    otherLoad `json:"other_load"`
 
+	Commands       []commandsRow    `json:"-"`
 	Uncontended    []uncontendedRow `json:"-"`
 	Handoff        []handoffRow     `json:"-"`
 	Shared         []sharedRow      `json:"-"`
@@ -131,6 +135,7 @@ type results struct {
 	Cluster        []clusterRow     `json:"-"`
 	ClusterWaiters []waitersRow     `json:"-"`
 	Goals          []goal           `json:"goals"`
+	Budgets        []budget         `json:"budgets"`
 
 	info         machine
 	elapsed      time.Duration
@@ -146,6 +151,9 @@ func round(x float64, digits int) float64 {
 
 func (r *results) writeJSON(path string) error {
 	rows := []any{}
+	for _, x := range r.Commands {
+		rows = append(rows, x)
+	}
 	for _, x := range r.Uncontended {
 		rows = append(rows, x)
 	}

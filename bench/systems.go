@@ -29,7 +29,7 @@ func (e *env) targets(ctx context.Context) ([]target, func(), error) {
 	mem, dur := e.cfg.concurrency, e.cfg.durableConcurrency
 	if e.cfg.wantDurability(durMemory) {
 		if e.cfg.wantSystem(sysBaton) {
-			ts = append(ts, target{system: sysBaton, pair: batonPair(client.New(e.batonURL), 0), pids: e.batonPIDs()})
+			ts = append(ts, target{system: sysBaton, pair: batonPair(client.New(e.batonURL), 0), pids: e.batonPIDs(), proc: e.baton.pid(), redis: e.stats})
 			if e.cfg.authCompare {
 				var err error
 				if variants, err = e.startAuthVariants(ctx); err != nil {
@@ -44,17 +44,25 @@ func (e *env) targets(ctx context.Context) ([]target, func(), error) {
 				}
 			}
 		}
+		if e.ref != nil {
+			ts = append(ts, target{system: sysBatonRef, pair: batonPair(client.New(e.refURL), 0), pids: []int{e.ref.pid(), e.redisPID}, proc: e.ref.pid(), redis: e.stats})
+		}
+		if e.hello != nil {
+			ts = append(ts, target{system: sysHello, pair: batonPair(client.New(e.helloURL), 0), pids: []int{e.hello.pid()}, proc: e.hello.pid()})
+		}
 		if e.etcd != nil {
 			ts = append(ts, etcdTargets(e.cfg, e.etcdURL, e.etcd.pid())...)
 		}
 		rdb := newRedisClient(e.redis.Addr())
 		closers = append(closers, func() { rdb.Close() })
-		if e.cfg.wantSystem(sysRedislock) {
-			ts = append(ts, target{system: sysRedislock, pair: newRedislockLocker(rdb, redislockPrefix).pair, pids: []int{e.redisPID}})
+		onRedis := func(sys string, pair pairFunc) {
+			if e.cfg.wantSystem(sys) {
+				ts = append(ts, target{system: sys, pair: pair, pids: []int{e.redisPID}, redis: e.stats})
+			}
 		}
-		if e.cfg.wantSystem(sysRedisScript) {
-			ts = append(ts, target{system: sysRedisScript, pair: newScriptLocker(rdb, scriptPrefix).pair, pids: []int{e.redisPID}})
-		}
+		onRedis(sysFloor, newFloorLocker(rdb, floorPrefix).pair)
+		onRedis(sysRedislock, newRedislockLocker(rdb, redislockPrefix).pair)
+		onRedis(sysRedisScript, newScriptLocker(rdb, scriptPrefix).pair)
 		// Load the scripts before the first measured call.
 		if err := newScriptLocker(rdb, scriptPrefix).pair(ctx, "warm"); err != nil {
 			closeAll()
@@ -67,7 +75,8 @@ func (e *env) targets(ctx context.Context) ([]target, func(), error) {
 	if e.cfg.wantDurability(durDurable) {
 		n := len(ts)
 		if e.batonAOF != nil && e.cfg.wantSystem(sysBaton) {
-			ts = append(ts, target{system: sysBaton, pair: batonPair(client.New(e.batonAOFURL), 0), pids: []int{e.batonAOF.pid(), e.redisAOFPID}})
+			ts = append(ts, target{system: sysBaton, pair: batonPair(client.New(e.batonAOFURL), 0), pids: []int{e.batonAOF.pid(), e.redisAOFPID},
+				proc: e.batonAOF.pid(), redis: e.statsAOF})
 		}
 		if e.etcdDisk != nil {
 			ts = append(ts, etcdTargets(e.cfg, e.etcdDiskURL, e.etcdDisk.pid())...)
@@ -75,7 +84,7 @@ func (e *env) targets(ctx context.Context) ([]target, func(), error) {
 		if e.redisAOF != nil && e.cfg.wantSystem(sysRedisScript) {
 			rdb := newRedisClient(e.redisAOF.Addr())
 			closers = append(closers, func() { rdb.Close() })
-			ts = append(ts, target{system: sysRedisScript, pair: newScriptLocker(rdb, scriptPrefix).pair, pids: []int{e.redisAOFPID}})
+			ts = append(ts, target{system: sysRedisScript, pair: newScriptLocker(rdb, scriptPrefix).pair, pids: []int{e.redisAOFPID}, redis: e.statsAOF})
 			if err := newScriptLocker(rdb, scriptPrefix).pair(ctx, "warm"); err != nil {
 				closeAll()
 				return nil, nil, err
@@ -110,6 +119,9 @@ func (e *env) handoffRounds(context.Context) ([]systemRound, func(), error) {
 	rdb := newRedisClient(e.redis.Addr())
 	if e.cfg.wantSystem(sysBaton) {
 		rs = append(rs, systemRound{sysBaton, batonHandoff(client.New(e.batonURL), e.batonURL)})
+	}
+	if e.ref != nil {
+		rs = append(rs, systemRound{sysBatonRef, batonHandoff(client.New(e.refURL), e.refURL)})
 	}
 	if e.cfg.wantSystem(sysEtcd) {
 		rs = append(rs, systemRound{sysEtcd, etcdHandoff(newEtcdClient(e.etcdURL))})

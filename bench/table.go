@@ -44,16 +44,20 @@ func f3(x float64) string { return fmt.Sprintf("%.3f", x) }
 // table is the figures, the ratios and the goals, as Markdown tables.
 func (r *results) table() string {
 	var b strings.Builder
+	b.WriteString(r.commandsTable())
 	if len(r.Uncontended) > 0 {
 		b.WriteString("### uncontended: acquire + release of distinct names (" + r.Setup.Loop + "; median of runs)\n\n")
 		var rows [][]string
 		for _, x := range r.Uncontended {
-			rows = append(rows, []string{x.System, x.Durability, fmt.Sprint(x.Concurrency), f0(x.OpsPerSec), f3(x.P50), f3(x.P99), f1(x.ServerCPU), f0(x.generatorCPU), f1(x.OtherLoad)})
+			rows = append(rows, []string{x.System, x.Durability, fmt.Sprint(x.Concurrency), f0(x.OpsPerSec), f3(x.P50), f3(x.P99), f1(x.ServerCPU),
+				orDash(x.ProcessCPU), orDash(x.RedisCPU), f0(x.generatorCPU), f1(x.OtherLoad)})
 		}
-		b.WriteString(mdTable([]string{"system", "durability", "concurrency", "pairs/s", "p50 ms", "p99 ms", "server CPU µs/pair", "generator CPU %", "other load %"}, rows))
+		b.WriteString(mdTable([]string{"system", "durability", "concurrency", "pairs/s", "p50 ms", "p99 ms", "server CPU µs/pair",
+			"of which process", "Redis (INFO)", "generator CPU %", "other load %"}, rows))
 		b.WriteString("\nGenerator CPU is this process's, in % of one CPU: near 100% the figure is bounded by the load generator, not the server. " +
 			"Other load is the share of the machine's CPU (all CPUs) that processes not of this run took during the system's runs (median): " +
-			"above a few % the figures are perturbed. etcd is the one-shot client (lease grant, lock, unlock, revoke: 4 calls a pair); " +
+			"above a few % the figures are perturbed. Process: the server process alone (Baton, hello), from /proc; Redis: its redis-server's own count " +
+			"(INFO used_cpu_sys + used_cpu_user), to the microsecond. etcd is the one-shot client (lease grant, lock, unlock, revoke: 4 calls a pair); " +
 			"etcd-lease keeps one lease per client (lock, unlock: 2 calls a pair).\n\n")
 		b.WriteString(r.durabilityTable())
 		b.WriteString(r.authTable())
@@ -109,6 +113,35 @@ func (r *results) table() string {
 		rows = append(rows, []string{g.Status, g.Goal, g.Got})
 	}
 	b.WriteString(mdTable([]string{"", "goal", "measured"}, rows))
+	b.WriteString("\n")
+	b.WriteString(r.budgetTable())
+	return b.String()
+}
+
+func orDash(x float64) string {
+	if x <= 0 {
+		return "-"
+	}
+	return f1(x)
+}
+
+// commandsTable is the commands section of the table, or "".
+func (r *results) commandsTable() string {
+	if len(r.Commands) == 0 {
+		return ""
+	}
+	var rows [][]string
+	for _, x := range r.Commands {
+		rows = append(rows, []string{x.System, f2(x.PerPair), f2(x.InnerPerPair), backgroundLabel(x.Background), f1(x.ExecPerPair), f3(x.KeysPerName)})
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "### commands: Redis commands per uncontended acquire+release (MONITOR over %d pairs on one name, after a warm-up), and keys left per released name (%d names, right after the last release)\n\n",
+		r.Commands[0].Pairs, r.Commands[0].Names)
+	b.WriteString(mdTable([]string{"system", "commands/pair", "in scripts", "background lines meanwhile (apart)", "command time µs/pair", "keys/released name"}, rows))
+	b.WriteString("\nA line counts for the pairs when a script ran it or it names the lock; the others (timers: PING, TIME, ...) are background. " +
+		"Command time: as many pairs again without MONITOR, in batches of 10, INFO commandstats' usec of the commands the client sent (a script's with its inner commands; " +
+		"a command's usec counts in the share of its calls MONITOR saw sent by a client, not run by a script), in the least batch: the time Redis spent executing them, " +
+		"without reading, parsing and answering (wall time: a batch in which Redis was preempted mid-command counts that too). Keys: SCAN MATCH on the names, on the shared redis-server, before any fence guard passes.\n\n")
 	return b.String()
 }
 

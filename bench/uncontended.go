@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/redis/go-redis/v9"
 )
 
 // pairFunc acquires and releases one lock name, nobody else wanting it.
@@ -19,7 +21,9 @@ type pairFunc func(ctx context.Context, name string) error
 type target struct {
 	system string
 	pair   pairFunc
-	pids   []int // the serving side, whose CPU is counted
+	pids   []int         // the serving side, whose CPU is counted
+	proc   int           // the server process of pids apart from Redis (Baton, hello), counted alone too; 0 for none
+	redis  *redis.Client // the Redis it runs on, whose own count of its CPU (INFO) is read too; nil for none
 
 	// worker, when set, replaces pair: each worker calls it once, before the
 	// warm-up, for a pair of its own (a client that keeps state across pairs,
@@ -34,8 +38,32 @@ type target struct {
 // uncRun is one run's figures.
 type uncRun struct {
 	ops, p50, p99, cpuPerOp, genCPU float64
+	procCPU, redisCPU               float64 // µs per pair: target.proc's, and Redis's by INFO
 	errors                          int64
 	firstErr                        error
+}
+
+// cpuSample is what the serving side and this process have used of the CPU so
+// far: all of target.pids, target.proc alone, Redis by its own count, and the
+// load generator.
+type cpuSample struct{ server, proc, redis, gen time.Duration }
+
+func (t target) sample(ctx context.Context) (s cpuSample, err error) {
+	if s.server, err = cpuTimes(t.pids); err != nil {
+		return s, err
+	}
+	if t.proc != 0 {
+		if s.proc, err = cpuTime(t.proc); err != nil {
+			return s, err
+		}
+	}
+	if t.redis != nil {
+		if s.redis, err = redisCPU(ctx, t.redis); err != nil {
+			return s, err
+		}
+	}
+	s.gen, _ = cpuTime(os.Getpid())
+	return s, nil
 }
 
 // uncontended runs c workers that acquire and release distinct names for
@@ -62,19 +90,17 @@ func uncontended(ctx context.Context, t target, c int, warmup, duration time.Dur
 	var errOnce sync.Once
 	var firstErr error
 
-	var cpu0, cpu1, gen0, gen1 time.Duration
+	var cpu0, cpu1 cpuSample
 	var cpuErr error
 	cpuDone := make(chan struct{})
 	go func() {
 		defer close(cpuDone)
 		time.Sleep(time.Until(from))
-		cpu0, cpuErr = cpuTimes(t.pids)
-		gen0, _ = cpuTime(os.Getpid())
+		cpu0, cpuErr = t.sample(runCtx)
 		time.Sleep(time.Until(end))
 		if cpuErr == nil {
-			cpu1, cpuErr = cpuTimes(t.pids)
+			cpu1, cpuErr = t.sample(runCtx)
 		}
-		gen1, _ = cpuTime(os.Getpid())
 	}()
 
 	var wg sync.WaitGroup
@@ -154,8 +180,11 @@ func uncontended(ctx context.Context, t target, c int, warmup, duration time.Dur
 	}
 	r.ops = float64(n) / duration.Seconds()
 	r.p50, r.p99 = quantileMs(h, 50), quantileMs(h, 99)
-	r.cpuPerOp = float64((cpu1 - cpu0).Microseconds()) / float64(n)
-	r.genCPU = 100 * (gen1 - gen0).Seconds() / duration.Seconds()
+	perPair := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(n) }
+	r.cpuPerOp = perPair(cpu1.server - cpu0.server)
+	r.procCPU = perPair(cpu1.proc - cpu0.proc)
+	r.redisCPU = perPair(cpu1.redis - cpu0.redis)
+	r.genCPU = 100 * (cpu1.gen - cpu0.gen).Seconds() / duration.Seconds()
 	return r, nil
 }
 
@@ -192,8 +221,8 @@ func runUncontendedAll(ctx context.Context, e *env, cfg config, res *results) er
 				if u.errors > 0 {
 					extra = fmt.Sprintf("  (%d errors, first: %v)", u.errors, u.firstErr)
 				}
-				fmt.Printf("uncontended run %d/%d %-12s %-7s c=%-3d %8.0f pairs/s  p50 %6.2f ms  p99 %6.2f ms  server %6.1f µs/pair  generator CPU %3.0f%%  other_load %4.1f%%%s\n",
-					r+1, cfg.runs, t.system, t.durability, c, u.ops, u.p50, u.p99, u.cpuPerOp, u.genCPU, other, extra)
+				fmt.Printf("uncontended run %d/%d %-12s %-7s c=%-3d %8.0f pairs/s  p50 %6.2f ms  p99 %6.2f ms  server %6.1f µs/pair%s  generator CPU %3.0f%%  other_load %4.1f%%%s\n",
+					r+1, cfg.runs, t.system, t.durability, c, u.ops, u.p50, u.p99, u.cpuPerOp, cpuSplit(u.procCPU, u.redisCPU), u.genCPU, other, extra)
 			}
 		}
 	}
@@ -214,13 +243,31 @@ func runUncontendedAll(ctx context.Context, e *env, cfg config, res *results) er
 				P50:          round(pick(func(u uncRun) float64 { return u.p50 }), 3),
 				P99:          round(pick(func(u uncRun) float64 { return u.p99 }), 3),
 				ServerCPU:    round(pick(func(u uncRun) float64 { return u.cpuPerOp }), 1),
+				ProcessCPU:   round(pick(func(u uncRun) float64 { return u.procCPU }), 1),
+				RedisCPU:     round(pick(func(u uncRun) float64 { return u.redisCPU }), 1),
 				OtherLoad:    round(median(loads[k]), 1),
 				generatorCPU: pick(func(u uncRun) float64 { return u.genCPU }),
 			}
 			res.Uncontended = append(res.Uncontended, row)
-			fmt.Printf("uncontended %-12s %-7s c=%-3d median of %d: %8.0f pairs/s  p50 %6.2f ms  p99 %6.2f ms  server %6.1f µs/pair  other_load %4.1f%%\n",
-				t.system, t.durability, c, len(rs), row.OpsPerSec, row.P50, row.P99, row.ServerCPU, row.OtherLoad)
+			fmt.Printf("uncontended %-12s %-7s c=%-3d median of %d: %8.0f pairs/s  p50 %6.2f ms  p99 %6.2f ms  server %6.1f µs/pair%s  other_load %4.1f%%\n",
+				t.system, t.durability, c, len(rs), row.OpsPerSec, row.P50, row.P99, row.ServerCPU, cpuSplit(row.ProcessCPU, row.RedisCPU), row.OtherLoad)
 		}
 	}
 	return nil
+}
+
+// cpuSplit is " (process X, Redis Y)": the parts of the server CPU per pair
+// measured apart, when there are any.
+func cpuSplit(proc, redis float64) string {
+	var parts []string
+	if proc > 0 {
+		parts = append(parts, fmt.Sprintf("process %.1f", proc))
+	}
+	if redis > 0 {
+		parts = append(parts, fmt.Sprintf("Redis %.1f", redis))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
 }
