@@ -49,6 +49,7 @@ local function acquire_reenter(L, now, ARGV)
     return {'mode_mismatch', kind}
   end
   if ik ~= '' then -- a re-entry with an Idempotency-Key counts once
+    derive()
     local rkey = iprefix .. ik
     local rec = redis.call('HMGET', rkey, 'b', 'k', 'h', 'm')
     if rec[1] then
@@ -115,7 +116,11 @@ end
 local function acquire_take(L, now, ARGV)
   local mode, lh, ttl, mk = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[9]
   local shared, limit, th, pid = ARGV[7] == '1', ARGV[8], ARGV[10], ARGV[14]
-  local ik, body, tkey = ARGV[16], ARGV[17], tprefix .. ARGV[10]
+  local ik, body = ARGV[16], ARGV[17]
+  local tkey -- (only a keyed or a fair request needs its ticket's key)
+  if ik ~= '' or mode == 'fair' then
+    tkey = ticket_key(th)
+  end
   settle(L, now)
   if ik ~= '' then
     local rec = redis.call('HMGET', iprefix .. ik, 'b', 'k', 'h', 'm')
@@ -164,8 +169,7 @@ local function acquire_take(L, now, ARGV)
     if shared then
       lim = limit
     end
-    local g = grant(L, {lh = lh, ttl = ttl, by = ARGV[6], tk = '', pc = '', mk = mk, ik = ik, sd = sd, ss = ARGV[19],
-      sm = ARGV[20], lim = lim, owner = ARGV[5]}, now, ttl)
+    local g = grant(L, now, ttl, lh, ttl, ARGV[6], '', '', mk, ik, sd, ARGV[19], ARGV[20], lim, ARGV[5])
     if ik ~= '' then
       redis.call('HSET', iprefix .. ik, 'b', body, 'k', 'h', 'h', lh, 'm', mk)
       redis.call('PEXPIRE', iprefix .. ik, ttl + GRACE_MS)

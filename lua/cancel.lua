@@ -42,6 +42,7 @@ local function cancel(KEYS, ARGV)
     return {'expired'}
   end
   bind(KEYS[1])
+  derive()
   local L = load(now)
   prune(L, now)
   local reply = cancel_ticket(L, now, ARGV)

@@ -13,6 +13,7 @@ local function force(KEYS, ARGV)
     return {'expired'}
   end
   bind(KEYS[1])
+  derive()
   local L = load(now)
   prune(L, now)
   local n = 0

@@ -57,16 +57,34 @@
 -- Numbers above 2^31 travel as strings: Lua numbers are doubles, and tostring
 -- would print them in exponent form.
 
-local lock, shset, shrec, queue, tprefix, iprefix, chan
+local lock, shset, shrec, queue, tprefix, iprefix, chan, derived
 
--- bind points the helpers at the lock of KEYS[1].
+-- bind points the helpers at the lock of KEYS[1]. The names derived from it
+-- are made only when a helper needs them (derive): an uncontended grant or
+-- release needs none.
 local function bind(k)
-  lock, shset, shrec, queue, tprefix, iprefix, chan = k, k .. ':s', k .. ':h', k .. ':q', k .. ':t:', k .. ':i:',
-    k .. ':ev'
+  lock, derived = k, false
 end
 
+local function derive()
+  if not derived then
+    derived = true
+    shset, shrec, queue, tprefix, iprefix, chan = lock .. ':s', lock .. ':h', lock .. ':q', lock .. ':t:',
+      lock .. ':i:', lock .. ':ev'
+  end
+end
+
+-- ticket_key is the key of the lock's ticket th.
+local function ticket_key(th)
+  derive()
+  return tprefix .. th
+end
+
+-- str prints an integer (a time, a fence: below 2^53) in full: '%d' is an
+-- integer conversion, far cheaper than '%.0f', and tostring would print it in
+-- exponent form.
 local function str(n)
-  return string.format('%.0f', n)
+  return string.format('%d', n)
 end
 
 local function now_ms()
@@ -88,17 +106,17 @@ local function unpack_hold(v)
     return nil
   end
   REC = REC or '^' .. string.rep('([^\t]*)\t', 16) .. '(.*)$'
-  local h = {}
-  h.lh, h.d, h.c, h.f, h.ttl, h.at, h.by, h.told, h.tk, h.pc, h.mk, h.ik, h.sd, h.ss, h.sm, h.lim, h.owner =
-    string.match(v, REC)
-  h.d, h.c, h.ttl = tonumber(h.d), tonumber(h.c), tonumber(h.ttl)
-  h.shared = h.lim ~= ''
-  return h
+  local lh, d, c, f, ttl, at, by, told, tk, pc, mk, ik, sd, ss, sm, lim, owner = string.match(v, REC)
+  -- (One constructor: the table is made at its size, not grown field by field.)
+  return {lh = lh, d = tonumber(d), c = tonumber(c), f = f, ttl = tonumber(ttl), at = at, by = by, told = told,
+    tk = tk, pc = pc, mk = mk, ik = ik, sd = sd, ss = ss, sm = sm, lim = lim, owner = owner, shared = lim ~= ''}
 end
 
+-- pack_hold is a hold's record. (One concatenation: no table, one string made.)
 local function pack_hold(h)
-  return table.concat({h.lh, str(h.d), h.c, h.f, h.ttl, h.at, h.by, h.told, h.tk, h.pc, h.mk, h.ik, h.sd, h.ss, h.sm,
-    h.lim, h.owner}, '\t')
+  return h.lh .. '\t' .. str(h.d) .. '\t' .. str(h.c) .. '\t' .. h.f .. '\t' .. str(h.ttl) .. '\t' .. h.at .. '\t' ..
+    h.by .. '\t' .. h.told .. '\t' .. h.tk .. '\t' .. h.pc .. '\t' .. h.mk .. '\t' .. h.ik .. '\t' .. h.sd .. '\t' ..
+    h.ss .. '\t' .. h.sm .. '\t' .. h.lim .. '\t' .. h.owner
 end
 
 local LOCK -- the lock string's pattern; made on first use
@@ -106,19 +124,20 @@ local LOCK -- the lock string's pattern; made on first use
 -- The lock's string is read once per call into L, and written back (flush)
 -- when a script changed it (L.dirty).
 local function load(now)
-  local L = {f = 0, w = 0, qe = 0, n = 0, l = '0', m = 0, sx = 0}
   local v = redis.call('GET', lock)
-  if v then
-    LOCK = LOCK or '^' .. string.rep('([^|]*)|', 7) .. '(.*)$'
-    local f, w, qe, n, l, m, sx, x = string.match(v, LOCK)
-    L.f, L.w, L.qe, L.n = tonumber(f) or 0, tonumber(w) or 0, tonumber(qe) or 0, tonumber(n) or 0
-    L.l, L.m, L.sx = l, tonumber(m) or 0, tonumber(sx) or 0
-    if x ~= '' then
-      L.x = unpack_hold(x)
-    end
+  if not v then
+    return {f = 0, w = 0, qe = 0, n = 0, l = '0', m = 0, sx = 0, x = false, q = false, dirty = false}
   end
-  L.q = L.qe >= now
-  return L
+  LOCK = LOCK or '^' .. string.rep('([^|]*)|', 7) .. '(.*)$'
+  local f, w, qe, n, l, m, sx, x = string.match(v, LOCK)
+  local hold = false
+  if x ~= '' then
+    hold = unpack_hold(x)
+  end
+  qe = tonumber(qe) or 0
+  -- (One constructor: the table is made at its size, not grown field by field.)
+  return {f = tonumber(f) or 0, w = tonumber(w) or 0, qe = qe, n = tonumber(n) or 0, l = l, m = tonumber(m) or 0,
+    sx = tonumber(sx) or 0, x = hold, q = qe >= now, dirty = false}
 end
 
 local function num(n)
@@ -176,6 +195,7 @@ local function get_shared(L, lh, now)
   if L.n == 0 then
     return nil
   end
+  derive()
   local h = unpack_hold(redis.call('HGET', shrec, lh))
   if h and h.d >= now then
     return h
@@ -202,6 +222,7 @@ end
 -- shorter renewal, or the end of the longest hold, shortens them too), and
 -- notes the latest deadline.
 local function fit_shared(L, now)
+  derive()
   local last = redis.call('ZRANGE', shset, -1, -1, 'WITHSCORES')
   if #last > 0 then
     L.sx = tonumber(last[2])
@@ -213,6 +234,7 @@ end
 -- put writes a hold back (its record changed).
 local function put(L, h, now)
   if h.shared then
+    derive()
     redis.call('HSET', shrec, h.lh, pack_hold(h))
     redis.call('ZADD', shset, str(h.d), h.lh)
     fit_shared(L, now)
@@ -228,7 +250,11 @@ end
 -- keep_record makes an Idempotency-Key's record outlive what it made, which
 -- now lives ms more, by the grace.
 local function keep_record(ik, ms)
-  if ik ~= '' and redis.call('PTTL', iprefix .. ik) < ms + GRACE_MS then
+  if ik == '' then
+    return
+  end
+  derive()
+  if redis.call('PTTL', iprefix .. ik) < ms + GRACE_MS then
     redis.call('PEXPIRE', iprefix .. ik, ms + GRACE_MS)
   end
 end
@@ -248,6 +274,7 @@ end
 -- end_record: what the record ik made has ended; it is kept for the grace.
 local function end_record(ik)
   if ik and ik ~= '' then
+    derive()
     redis.call('PEXPIRE', iprefix .. ik, GRACE_MS)
   end
 end
@@ -260,6 +287,7 @@ local function end_hold(L, kind, h, now)
     L.x = nil
     return
   end
+  derive()
   redis.call('HDEL', shrec, h.lh)
   redis.call('ZREM', shset, h.lh)
   L.n = L.n - 1
@@ -276,6 +304,7 @@ local function prune(L, now)
     L.x, L.dirty = nil, true
   end
   if L.n > 0 and L.m < now then
+    derive()
     local gone = redis.call('ZRANGEBYSCORE', shset, '-inf', '(' .. str(now))
     if #gone > 0 then
       redis.call('HDEL', shrec, unpack(gone))
@@ -293,6 +322,7 @@ end
 -- announce publishes msg while some gateway waits for news of the lock.
 local function announce(L, now, msg)
   if L.w >= now then
+    derive()
     redis.call(PUBLISH, chan, msg)
   end
 end
@@ -311,6 +341,7 @@ local function head_ticket(L)
   if not L.q then
     return nil
   end
+  derive()
   while true do
     local head = redis.call('ZRANGE', queue, 0, 0)
     if #head == 0 then
@@ -332,6 +363,7 @@ local function waiters(L)
   if not L.q then
     return 0
   end
+  derive()
   local n = 0
   for _, th in ipairs(redis.call('ZRANGE', queue, 0, COUNT_SCAN - 1)) do
     if redis.call('EXISTS', tprefix .. th) == 1 then
@@ -345,6 +377,7 @@ end
 
 -- position is a ticket's place among the live tickets (exact up to COUNT_SCAN).
 local function position(th)
+  derive()
   local ahead = 0
   for _, h in ipairs(redis.call('ZRANGE', queue, 0, COUNT_SCAN - 1)) do
     if h == th then
@@ -380,19 +413,18 @@ local function fits(L, shared, limit)
   return lim == 0 or L.n < lim, false
 end
 
--- grant makes a new hold g (its fields but d, c, f, at, told) for window ms:
--- the lease, or a claim window for a handoff that waits for its claim.
-local function grant(L, g, now, window)
-  g.c, g.at, g.told = 1, str(now), '0'
-  g.f = str(next_fence(L, now))
-  g.shared = g.lim ~= ''
+-- grant makes a new hold for window ms (the lease, or a claim window for a
+-- handoff that waits for its claim) and returns it.
+local function grant(L, now, window, lh, ttl, by, tk, pc, mk, ik, sd, ss, sm, lim, owner)
+  local g = {lh = lh, d = now + window, c = 1, f = str(next_fence(L, now)), ttl = ttl, at = str(now), by = by,
+    told = '0', tk = tk, pc = pc, mk = mk, ik = ik, sd = sd, ss = ss, sm = sm, lim = lim, owner = owner,
+    shared = lim ~= ''}
   if g.shared then
     if L.n == 0 then
       L.l, L.m = g.lim, now + window
     end
     L.n = L.n + 1
   end
-  g.d = now + window
   put(L, g, now)
   keep_record(g.ik, window)
   return g
@@ -401,6 +433,7 @@ end
 -- ticket_fields reads a ticket's hash into a table, with its polls in flight
 -- (their deadline not passed) as a comma-separated list.
 local function ticket_fields(tkey, now)
+  derive()
   local v, t, polls = redis.call('HGETALL', tkey), {}, {}
   for i = 1, #v, 2 do
     if string.sub(v[i], 1, 2) == 'q:' then
@@ -449,9 +482,8 @@ local function handoff(L, now, ended)
       if shared then
         lim = limit
       end
-      local g = grant(L, {lh = t.lh, ttl = ttl, by = t.by or '', tk = tk, pc = t.polls, mk = t.mk or '',
-        ik = t.ik or '', sd = t.sd or '', ss = t.ss or '', sm = t.sm or '', lim = lim, owner = t.owner or ''}, now,
-        window)
+      local g = grant(L, now, window, t.lh, ttl, t.by or '', tk, t.polls, t.mk or '', t.ik or '', t.sd or '',
+        t.ss or '', t.sm or '', lim, t.owner or '')
       redis.call('ZREM', queue, th)
       redis.call('DEL', tkey)
       local sh = '0'
@@ -492,7 +524,7 @@ local function hold_reply(code, now, h)
   if h.shared then
     sh, lim = 1, h.lim
   end
-  return {code, h.f, h.c, math.max(h.d - now, 0), h.at, h.owner, h.ttl, str(now), sh, lim}
+  return {code, h.f, h.c, math.max(h.d - now, 0), h.at, h.owner, h.ttl, now, sh, lim}
 end
 
 -- soonest is the hold that ends first, when the lock has holds.
@@ -501,6 +533,7 @@ local function soonest(L)
     return L.x
   end
   if L.n > 0 then
+    derive()
     local first = redis.call('ZRANGE', shset, 0, 0)
     if #first > 0 then
       return get_shared(L, first[1], 0)
@@ -519,6 +552,7 @@ local function wake_ms(L, now)
     ms = math.max(h.d - now, 0)
   end
   if L.q then
+    derive()
     local head = redis.call('ZRANGE', queue, 0, 0)
     if #head > 0 then
       local t = redis.call('PTTL', tprefix .. head[1])
@@ -545,6 +579,7 @@ end
 -- names the poll: poll_ms > 0 starts (or extends) it until now + poll_ms, 0
 -- ends it.
 local function keep_ticket(L, tkey, now, poll_ms, pid)
+  derive()
   if pid ~= '' then
     if poll_ms > 0 then
       redis.call('HSET', tkey, 'q:' .. pid, str(now + poll_ms))
@@ -582,6 +617,7 @@ end
 
 -- drop_ticket removes a queued ticket and ends its record.
 local function drop_ticket(L, th, tkey)
+  derive()
   redis.call('ZREM', queue, th)
   end_record(redis.call('HGET', tkey, 'ik'))
   if redis.call('ZCARD', queue) == 0 then -- nothing queued keeps the lock now

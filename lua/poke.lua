@@ -13,6 +13,7 @@
 local function poke(KEYS, ARGV)
   local now = now_ms()
   bind(KEYS[1])
+  derive()
   local L = load(now)
   prune(L, now)
   head_ticket(L)

@@ -45,6 +45,7 @@ local function poll(KEYS, ARGV)
     return {'expired'}
   end
   bind(KEYS[1])
+  derive()
   local L = load(now)
   settle(L, now)
   local reply = poll_ticket(L, now, ARGV)

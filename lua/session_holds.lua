@@ -60,6 +60,7 @@ local function session_holds(KEYS, ARGV)
     return {'expired'}
   end
   bind(KEYS[1])
+  derive()
   local L = load(now)
   settle(L, now)
   local op, by, ttl = ARGV[2], ARGV[3], tonumber(ARGV[4])

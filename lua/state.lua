@@ -64,6 +64,7 @@ end
 local function state(KEYS, ARGV)
   local now = now_ms()
   bind(KEYS[1])
+  derive()
   local L = load(now)
   settle(L, now)
   local reply

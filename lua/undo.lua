@@ -109,6 +109,7 @@ end
 local function undo(KEYS, ARGV)
   local now = now_ms()
   bind(KEYS[1])
+  derive()
   local L = load(now)
   prune(L, now)
   local what, ended = undo_hold(L, now, ARGV, ARGV[1] == 'drop')
