@@ -104,8 +104,10 @@ func (s *Store) syncClock(ctx context.Context) {
 	}
 }
 
-// sampleClock takes one sample, which replaces the last: a clock that stepped
-// is followed at once.
+// sampleClock takes one sample, which replaces the last unless the last is
+// tighter and agrees with it: a sample taken while the process or Redis is
+// busy has a wide bound (its round trip), and must not make every call be
+// refused until the next one; a clock that stepped is followed at once.
 func sampleClock(ctx context.Context, c redis.Cmdable, clk *redisClock) {
 	clk.mu.Lock()
 	defer clk.mu.Unlock()
@@ -116,7 +118,23 @@ func sampleClock(ctx context.Context, c redis.Cmdable, clk *redisClock) {
 	}
 	t1 := time.Now()
 	half := t1.Sub(t0) / 2
-	clk.sample.Store(&clockSample{offset: tm.Sub(t0.Add(half)), err: half, at: t0.Add(half)})
+	next := &clockSample{offset: tm.Sub(t0.Add(half)), err: half, at: t0.Add(half)}
+	if last := clk.sample.Load(); last != nil && !next.replaces(last, t1) {
+		return
+	}
+	clk.sample.Store(next)
+}
+
+// replaces reports whether sample c should replace last at local time now:
+// when its bound is no wider, or when the two disagree by more than both
+// bounds together (the Redis clock stepped).
+func (c *clockSample) replaces(last *clockSample, now time.Time) bool {
+	cb, lb := c.bound(now), last.bound(now)
+	if cb <= lb {
+		return true
+	}
+	d := c.offset - last.offset
+	return d > cb+lb || -d > cb+lb
 }
 
 // clockOf is the clock of the Redis that holds key, and a client of it; nil
