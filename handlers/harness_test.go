@@ -134,6 +134,9 @@ type envOptions struct {
 	// NoPark serves every long-poll on net/http's goroutine, as without a lot
 	// (cmd/server's BATON_PARK=off, or a platform without epoll).
 	NoPark bool
+	// The bounds of the store's calls waiting for a turn; default the store's.
+	MaxQueuedCalls int
+	MaxQueueWait   time.Duration
 }
 
 var prefixSeq atomic.Int64
@@ -167,7 +170,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	log := zerolog.New(logs)
 	m := metrics.New()
 	st := store.New(rdb, store.Options{Prefix: o.Prefix, TicketTTL: o.TicketTTL, MaxWaiters: o.MaxWaiters, Logger: log, Metrics: m,
-		IdempotencyGrace: o.IdempotencyGrace, Gate: gate})
+		IdempotencyGrace: o.IdempotencyGrace, Gate: gate, MaxQueuedCalls: o.MaxQueuedCalls, MaxQueueWait: o.MaxQueueWait})
 	var guard *auth.Guard
 	var keysFile string
 	if o.Keys != "" {

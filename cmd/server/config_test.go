@@ -54,6 +54,9 @@ func TestValidate(t *testing.T) {
 		{name: "fence guard under 1s", give: func(c *Config) { c.FenceGuard = 999 * time.Millisecond }, want: "BATON_FENCE_GUARD (999ms) must be at least 1s"},
 		{name: "fence guard 1s", give: func(c *Config) { c.FenceGuard = time.Second }},
 		{name: "negative shutdown delay", give: func(c *Config) { c.ShutdownDelay = -time.Second }, want: "BATON_SHUTDOWN_DELAY (-1s) must not be negative"},
+		{name: "no queued calls", give: func(c *Config) { c.MaxQueuedCalls = 0 }, want: "BATON_MAX_QUEUED_CALLS must be at least 1"},
+		{name: "no queue wait", give: func(c *Config) { c.MaxQueueWait = 0 }, want: "BATON_MAX_QUEUE_WAIT (0s) must be at least 1ms"},
+		{name: "a short queue wait", give: func(c *Config) { c.MaxQueueWait = time.Millisecond }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
