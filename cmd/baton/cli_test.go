@@ -451,3 +451,33 @@ func TestCLIUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// A 503, store-unavailable or overloaded, is waited out (its Retry-After,
+// 1 s here) by lock and by watch alike.
+func TestOverloadedIsWaitedOutLikeStoreUnavailable(t *testing.T) {
+	e := startCLI(t)
+	e.env = []string{"BATON_URL=" + e.s.Proxy.URL, "BATON_API_KEY=" + e.s.Keys.Limited}
+	for _, kind := range []string{"store-unavailable", "overloaded"} {
+		name := "cli:busy-" + kind
+		e.s.Proxy.Problem(503, kind, 2, "/v1/locks/"+name)
+		start := time.Now()
+		if _, stderr, code := e.run("lock", name, "--", "true"); code != 0 {
+			t.Fatalf("%s: lock: exit %d; %s", kind, code, stderr)
+		}
+		if took := time.Since(start); took < 2*time.Second {
+			t.Fatalf("%s: lock took %v through two 503s with Retry-After: 1, want at least 2s", kind, took)
+		}
+
+		e.s.Proxy.Problem(503, kind, 2, "/v1/locks/"+name)
+		start = time.Now()
+		p := e.start("watch", name)
+		p.expect(name + ": free")
+		if took := time.Since(start); took < 2*time.Second {
+			t.Fatalf("%s: watch answered after %v through two 503s with Retry-After: 1, want at least 2s", kind, took)
+		}
+		p.signal(syscall.SIGINT)
+		if code := p.wait(); code != 0 {
+			t.Fatalf("%s: watch: exit %d; stderr %q", kind, code, p.stderr.String())
+		}
+	}
+}

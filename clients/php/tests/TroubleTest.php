@@ -8,6 +8,7 @@ use Baton\Client;
 use Baton\Exception\ConnectionException;
 use Baton\Exception\ForbiddenException;
 use Baton\Exception\LeaseLostException;
+use Baton\Exception\OverloadedException;
 use Baton\Exception\UnauthorizedException;
 use Baton\Exception\UnavailableException;
 use Baton\Tests\Support\BatonTestCase;
@@ -59,10 +60,17 @@ final class TroubleTest extends BatonTestCase
         self::assertTrue($lease->release());
     }
 
-    public function testA503WithRetryAfterIsRetriedAfterIt(): void
+    /** @return array<string, array{string}> */
+    public static function unavailableKinds(): array
+    {
+        return ['store-unavailable' => ['store-unavailable'], 'overloaded' => ['overloaded']];
+    }
+
+    /** @dataProvider unavailableKinds */
+    public function testA503WithRetryAfterIsRetriedAfterIt(string $kind): void
     {
         $name = $this->name();
-        $this->proxy('status', ['code' => 503, 'n' => 1, 'path' => "/v1/locks/$name", 'retry_after' => 1]);
+        $this->proxy('status', ['code' => 503, 'n' => 1, 'path' => "/v1/locks/$name", 'retry_after' => 1, 'type' => $kind]);
         $start = microtime(true);
         $lease = $this->viaProxy()->acquire($name, wait: 0.0);
         self::assertGreaterThanOrEqual(0.95, microtime(true) - $start, 'waited Retry-After');
@@ -70,14 +78,15 @@ final class TroubleTest extends BatonTestCase
         self::assertTrue($lease->release());
 
         // One that stays 503 beyond the budget is an UnavailableException.
-        $this->proxy('status', ['code' => 503, 'n' => 50, 'path' => "/v1/locks/$name", 'retry_after' => 1]);
+        $this->proxy('status', ['code' => 503, 'n' => 50, 'path' => "/v1/locks/$name", 'retry_after' => 1, 'type' => $kind]);
         try {
             $this->viaProxy(retryFor: 1.5)->acquire($name, wait: 0.0);
             self::fail('acquired through a 503');
         } catch (UnavailableException $e) {
             self::assertSame(503, $e->status);
-            self::assertSame('/problems/store-unavailable', $e->type);
+            self::assertSame("/problems/$kind", $e->type);
             self::assertSame(1.0, $e->retryAfter);
+            self::assertSame($kind === 'overloaded', $e instanceof OverloadedException);
         }
     }
 

@@ -90,12 +90,13 @@ def test_renewal_never_touches_a_later_hold_of_the_same_lock(
     fourth.release()
 
 
+@pytest.mark.parametrize("kind", ["store-unavailable", "overloaded"])
 def test_passing_failures_are_retried_while_the_lease_lasts(
-    via_proxy: Client, proxy: Proxy, name: str
+    via_proxy: Client, proxy: Proxy, name: str, kind: str
 ) -> None:
     with via_proxy.lock(name, ttl=3.0) as lease:
         # 503, 503, 503, an answer lost, then through: five renewal requests.
-        proxy.status(503, n=3, path=lease.path)
+        proxy.status(503, n=3, path=lease.path, kind=kind)
         proxy.cut(n=1, path=lease.path, method="PATCH")
         wait_until(lambda: proxy.count(lease.path) >= 5, 5.0, "the renewals to get through")
         assert not lease.lost

@@ -11,7 +11,7 @@ from typing import Any, List
 
 import pytest
 
-from baton import BatonError, Client, LockHeld, Unavailable
+from baton import BatonError, Client, LockHeld, Overloaded, Unavailable
 from conftest import FakeServer, Proxy, wait_until
 
 
@@ -80,9 +80,10 @@ def test_a_server_restart_is_ridden_out(client: Client, name: str) -> None:
     lease.release()
 
 
-def test_a_503_with_retry_after_is_retried(via_proxy: Client, proxy: Proxy, name: str) -> None:
+@pytest.mark.parametrize("kind", ["store-unavailable", "overloaded"])
+def test_a_503_with_retry_after_is_retried(via_proxy: Client, proxy: Proxy, name: str, kind: str) -> None:
     path = "/v1/locks/%s" % name
-    proxy.status(503, n=1, path=path, retry_after=1)
+    proxy.status(503, n=1, path=path, retry_after=1, kind=kind)
     started = time.monotonic()
     lease = via_proxy.acquire(name)
     assert time.monotonic() - started >= 0.95  # Retry-After honoured
@@ -91,16 +92,18 @@ def test_a_503_with_retry_after_is_retried(via_proxy: Client, proxy: Proxy, name
     lease.release()
 
 
+@pytest.mark.parametrize("kind", ["store-unavailable", "overloaded"])
 def test_503s_past_the_retries_are_unavailable_with_retry_after(
-    proxy: Proxy, full_key: str, name: str
+    proxy: Proxy, full_key: str, name: str, kind: str
 ) -> None:
     c = Client(proxy.url, full_key, retries=1)
     path = "/v1/locks/%s" % name
-    proxy.status(503, n=5, path=path, retry_after=1)
+    proxy.status(503, n=5, path=path, retry_after=1, kind=kind)
     with pytest.raises(Unavailable) as info:
         c.acquire(name)
     err = info.value
-    assert err.status == 503 and err.type == "/problems/store-unavailable" and err.retry_after == 1.0
+    assert err.status == 503 and err.type == "/problems/" + kind and err.retry_after == 1.0
+    assert isinstance(err, Overloaded) == (kind == "overloaded")
     assert proxy.count(path) == 2
 
 
