@@ -199,7 +199,7 @@ func (e *env) checkKeys(may func(name string) bool) {
 			continue // the idempotency secret: one per deployment, not per name
 		}
 		if sessionKeyRE.MatchString(strings.TrimPrefix(k, e.Prefix)) {
-			continue // a session (POST /v1/sessions), under the SHA-256 of its id
+			continue // a session (POST /v1/sessions), under the hash of its id
 		}
 		rest, ok := strings.CutPrefix(k, e.Prefix+":{")
 		n, tail, closed := strings.Cut(rest, "}")
@@ -210,7 +210,7 @@ func (e *env) checkKeys(may func(name string) bool) {
 }
 
 // sessionKeyRE is a session's key after the prefix.
-var sessionKeyRE = regexp.MustCompile(`^:s:\{[0-9a-f]{64}\}$`)
+var sessionKeyRE = regexp.MustCompile(`^:s:\{[A-Za-z0-9_-]{22}\}(:h)?$`)
 
 // only is the checkKeys predicate of a single name.
 func only(name string) func(string) bool { return func(n string) bool { return n == name } }

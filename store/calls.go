@@ -88,7 +88,7 @@ func (s *Store) tries(ctx context.Context, c call) (reply, error) {
 			// (the Redis clock stepped): sample it again, and try once more.
 			if attempt == 0 {
 				if clk, rc := s.clockOf(c.keys[0]); clk != nil {
-					sampleClock(context.WithoutCancel(ctx), rc, clk)
+					sampleClock(context.WithoutCancel(ctx), rc, clk, true)
 				}
 				continue
 			}
