@@ -10,7 +10,8 @@ import (
 )
 
 // requestIDs are the ids an acquire is made under: its lease, and its ticket
-// should it queue. The lease id is random and the ticket's derived from it;
+// should it queue (a fair request). The lease id is random (the one random id
+// of a request) and the ticket's derived from it;
 // for an idempotent request both are derived from the principal, the lock and
 // the Idempotency-Key with the store's secret, so that a retry (or a
 // concurrent duplicate) lands on the same hold or ticket. A hold asked for in
@@ -63,9 +64,14 @@ func (s *Store) requestIDs(ctx context.Context, r AcquireRequest) (requestIDs, e
 		ids.lease, ids.ticket = subID(base, "lease"), subID(base, "ticket")
 	default:
 		ids.lease = newID()
-		ids.ticket = subID(ids.lease, "ticket")
+		if r.Fair { // (a request that never queues needs no ticket)
+			ids.ticket = subID(ids.lease, "ticket")
+		}
 	}
-	ids.lh, ids.th, ids.tlh = hashID(ids.lease), hashID(ids.ticket), hashID(ticketLease(ids.ticket))
+	ids.lh = hashID(ids.lease)
+	if ids.ticket != "" {
+		ids.th, ids.tlh = hashID(ids.ticket), hashID(ticketLease(ids.ticket))
+	}
 	return ids, nil
 }
 
