@@ -90,6 +90,7 @@ func (c *caller) finish(o *check.Op, err error, h *hanger) {
 	if h != nil {
 		o.HungUp, o.HungAt = h.hungUp()
 	}
+	o.Lost = err != nil && !answered && !o.HungUp
 	switch {
 	case o.HungUp:
 		c.tal.hungUp.Add(1)
