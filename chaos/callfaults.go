@@ -127,7 +127,7 @@ func callFaults(ctx context.Context, r *trial) error {
 		go func() {
 			defer wg.Done()
 			for n := 0; sleepCtx(ctx, dur(rng, 50*time.Millisecond, 400*time.Millisecond)); n++ {
-				r.episode(rng, name, aim(rng.IntN(int(aimStray))), log)
+				r.episode(rng, name, pickAim(rng), log)
 			}
 		}()
 	}
@@ -142,6 +142,20 @@ func callFaults(ctx context.Context, r *trial) error {
 	wg.Wait()
 	r.reportCalls(log)
 	return nil
+}
+
+// pickAim picks what an episode's fault is aimed at: a keyed acquire two times
+// in five, else a plain one, a poll or a release.
+func pickAim(rng *rand.Rand) aim {
+	switch p := rng.Float64(); {
+	case p < 0.4:
+		return aimKeyed
+	case p < 0.6:
+		return aimPlain
+	case p < 0.8:
+		return aimPoll
+	}
+	return aimRelease
 }
 
 // pickFault is a fault on lock: mostly a late copy (after 0.1 to 3 s), else a
@@ -217,7 +231,7 @@ func (r *trial) episode(rng *rand.Rand, name string, a aim, log *callLog) {
 	// has no answer for its client (a 503).
 	p := r.top.calls[server]
 	armed := []*callproxy.Armed{p.Arm(fault)}
-	if rng.Float64() < 0.35 {
+	if rng.Float64() < 0.4 {
 		armed = append(armed, p.Arm(pickFault(rng, name)))
 	}
 	armedAt := time.Now()
@@ -249,10 +263,23 @@ func (r *trial) episode(rng *rand.Rand, name string, a aim, log *callLog) {
 		r.faulted(bg, client1, rng, name, o, t, a)
 		close(answered)
 	}
-	// Another client asks for the lock once it was released: were the
-	// faulted request's hold still alive, unknown to its client's history,
-	// this one's grant would be a second holder.
+	// Another client asks for the lock, with a wait, once it was released:
+	// at once, or once the faulted calls have run (a late copy's grant, and
+	// a retry's replay of it, come first then). Were a hold some client was
+	// told of still alive, this one's grant would be a second holder.
 	<-released
+	if rng.Float64() < 0.6 {
+		for _, x := range armed {
+			if _, hit := x.Result(); !hit {
+				continue
+			}
+			select {
+			case <-x.Done():
+			case <-time.After(x.Fault().Delay + 2*time.Second):
+			}
+		}
+		time.Sleep(dur(rng, 0, 500*time.Millisecond))
+	}
 	other := r.agent()
 	ores, oop := other.acquire(name, client.AcquireOptions{TTL: dur(rng, 300*time.Millisecond, 800*time.Millisecond),
 		Owner: other.label(), Wait: dur(rng, 1*time.Second, 2*time.Second)})

@@ -16,7 +16,9 @@
 // resource that counts the stale writes it rejected and any it should not have
 // accepted. A sampler reads the locks' holds in Redis every 50 ms (sampler.go),
 // so that holds no client was told
-// of can be timed: none may outlive the ticket ttl (check.Orphans); and every
+// of can be timed: none may outlive the ticket ttl after its client went away
+// (check.Orphans), nor live longer than the settle window from its grant
+// (-settle-window, 3 s; check.UnknownHolds); and every
 // watch must have returned within 50 ms of its lock changing hands
 // (check.Watches). After the workload Redis must hold no hold, ticket or queue
 // of the finished locks, and BATON_FENCE_GUARD (2s here) later no key at all
@@ -42,8 +44,17 @@
 // end of each fault (the killed process started again; a killed connection at
 // once) until a lock is handed over between the two Baton processes, both ways,
 // within a second; and, for Redis kills, the time from the restarted Redis
-// answering PING to each Baton process's first 2xx (redisback.go). The
-// Redis Cluster scenarios are in cluster.go.
+// answering PING to each Baton process's first 2xx (redisback.go); the holds
+// no client was told of: the longest any lived (Redis's outages aside), of
+// how many, and how many outlived the settle window (violations); and the
+// acquires with an Idempotency-Key whose answer was lost (a transport error,
+// a 5xx), by whether Redis was up when the last lost try ended, with how many
+// a later try settled (one lost while Redis was up and never settled is a
+// violation), and the acquires without a key whose answer was lost. The
+// Redis Cluster scenarios are in cluster.go; faults on single script calls
+// (late copies, lost replies, stalls) in callfaults.go:
+//
+//	go run ./chaos -only call-faults -duration 90s
 package main
 
 import (
