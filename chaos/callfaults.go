@@ -198,13 +198,15 @@ func (r *trial) episode(rng *rand.Rand, name string, a aim, log *callLog) {
 		if a == aimKeyed {
 			o.IdempotencyKey = client.NewIdempotencyKey()
 		}
-		switch rng.IntN(4) {
-		case 0: // no wait: a 423
-		case 1:
+		// Half the time no wait (a 423: a keyed client then asks again with
+		// its key now and then), else a wait, a ticket, or both.
+		switch p := rng.Float64(); {
+		case p < 0.5:
+		case p < 0.65:
 			o.Wait = dur(rng, 300*time.Millisecond, 1500*time.Millisecond)
-		case 2: // a ticket
+		case p < 0.85:
 			o.Fair = true
-		case 3:
+		default:
 			o.Fair, o.Wait = true, dur(rng, 300*time.Millisecond, 1500*time.Millisecond)
 		}
 	case aimPoll:
@@ -317,22 +319,29 @@ func (r *trial) faulted(ctx context.Context, c *agent, rng *rand.Rand, name stri
 		c.await(ctx, name, t, o.TTL)
 		return
 	}
-	if hang {
-		c.hangAcquire(ctx, name, o, after)
-		return
-	}
 	// A client with a key sends it again, with the same body, after a lost
-	// answer until it is answered; and, wanting the lock, after a 423 too
-	// for a while (a 423 made nothing: its retry is a fresh attempt).
+	// answer until it is answered; and most, wanting the lock, after a 423
+	// too for a while (a 423 made nothing: its retry is a fresh attempt).
+	// One about to hang up that got its answer first carries on as the others.
 	busyFor := time.Duration(0)
-	if o.IdempotencyKey != "" && rng.IntN(2) == 0 {
+	if o.IdempotencyKey != "" && rng.Float64() < 0.7 {
 		busyFor = dur(rng, 500*time.Millisecond, 3*time.Second)
 	}
 	var res *client.AcquireResult
 	var op check.Op
 	var first time.Time
 	for try := 1; ; try++ {
-		res, op = c.acquireTry(name, o, nil, try, first)
+		if try == 1 && hang {
+			var timer *time.Timer
+			res, op = c.acquireHanging(name, o, func(h *hanger) { timer = time.AfterFunc(after, h.hangUp) })
+			timer.Stop()
+			if op.HungUp {
+				c.leave(ctx, name, res, op) // and never comes back
+				return
+			}
+		} else {
+			res, op = c.acquireTry(name, o, nil, try, first)
+		}
 		if try == 1 {
 			first = op.Call
 		}
