@@ -402,15 +402,18 @@ func (l *link) fault(a *Armed, raw []byte, bw *bufio.Writer) bool {
 		l.mu.Lock()
 		l.pending = append(l.pending, e)
 		l.mu.Unlock()
+		// Noted before the write: its reply may come, and Done close, before
+		// the write returns.
+		a.update(func(h *Hit) { h.Sent = time.Now() })
 		_, err := bw.Write(raw)
 		if err == nil {
 			err = bw.Flush()
 		}
 		if err != nil {
+			a.update(func(h *Hit) { h.Sent = time.Time{} })
 			a.finish()
 			return false
 		}
-		a.update(func(h *Hit) { h.Sent = time.Now() })
 		return true
 	}
 	switch a.f.Mode {
