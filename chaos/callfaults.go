@@ -236,6 +236,27 @@ func (r *trial) episode(rng *rand.Rand, name string, a aim, log *callLog) {
 	if rng.Float64() < 0.4 {
 		armed = append(armed, p.Arm(pickFault(rng, name)))
 	}
+	first := armed[0]
+	// Now and then the call that comes next once the faulted request has
+	// its answer is delayed too: mostly what Baton does in the background
+	// for it (an undo, an unpoll), which a copy of the faulted call then
+	// overtakes.
+	var faulter *agent
+	if a == aimRelease {
+		faulter = holder
+	} else {
+		faulter = client1
+	}
+	if rng.Float64() < 0.4 {
+		then := callproxy.Fault{Lock: name, Mode: callproxy.Stall, Delay: dur(rng, 2200*time.Millisecond, 3*time.Second)}
+		if rng.IntN(2) == 0 {
+			then = callproxy.Fault{Lock: name, Mode: callproxy.Late, Delay: dur(rng, time.Second, 3*time.Second)}
+		}
+		faulter.then = func(check.Op) {
+			faulter.then = nil
+			armed = append(armed, p.Arm(then))
+		}
+	}
 	armedAt := time.Now()
 	var wg sync.WaitGroup
 	released := make(chan struct{})
@@ -254,7 +275,7 @@ func (r *trial) episode(rng *rand.Rand, name string, a aim, log *callLog) {
 			// The holder lets go at a random moment around the faulted call
 			// and its copy.
 			select {
-			case <-armed[0].Hit():
+			case <-first.Hit():
 			case <-answered:
 			case <-time.After(2500 * time.Millisecond):
 			}
@@ -290,6 +311,7 @@ func (r *trial) episode(rng *rand.Rand, name string, a aim, log *callLog) {
 		other.hold(bg, name, ores.Lease, from, to, 500*time.Millisecond)
 	}
 	wg.Wait()
+	faulter.then = nil
 	for _, x := range armed {
 		if !p.Disarm(x) {
 			select {
