@@ -188,6 +188,16 @@ func (r *trial) episode(rng *rand.Rand, name string, a aim, log *callLog) {
 	lease, count := hres.Lease, 1
 	server := rng.IntN(len(r.top.calls))
 	fault := pickFault(rng, name)
+	// A third of the keyed episodes follow one recipe: a 423 answered by the
+	// store's retry while the first attempt's copy is on its way (late by 0.3
+	// to 1.5 s), the holder letting go at once, the call after the answer
+	// (the undo Baton queues for the first attempt) stalled, and the client
+	// asking again with its key after the 423: the copy grants, the retry is
+	// told of the hold, and the undo comes last.
+	recipe := a == aimKeyed && rng.Float64() < 1.0/3
+	if recipe {
+		fault = callproxy.Fault{Lock: name, Mode: callproxy.Late, Delay: dur(rng, 300*time.Millisecond, 1500*time.Millisecond)}
+	}
 	// The client whose request is faulted, and its request's options: a lease
 	// longer than the settle window, so that a hold nobody knows of shows.
 	client1 := r.agent()
@@ -201,7 +211,7 @@ func (r *trial) episode(rng *rand.Rand, name string, a aim, log *callLog) {
 		// Half the time no wait (a 423: a keyed client then asks again with
 		// its key now and then), else a wait, a ticket, or both.
 		switch p := rng.Float64(); {
-		case p < 0.5:
+		case p < 0.5 || recipe:
 		case p < 0.65:
 			o.Wait = dur(rng, 300*time.Millisecond, 1500*time.Millisecond)
 		case p < 0.85:
@@ -233,7 +243,7 @@ func (r *trial) episode(rng *rand.Rand, name string, a aim, log *callLog) {
 	// has no answer for its client (a 503).
 	p := r.top.calls[server]
 	armed := []*callproxy.Armed{p.Arm(fault)}
-	if rng.Float64() < 0.4 {
+	if rng.Float64() < 0.4 && !recipe {
 		armed = append(armed, p.Arm(pickFault(rng, name)))
 	}
 	first := armed[0]
@@ -247,15 +257,18 @@ func (r *trial) episode(rng *rand.Rand, name string, a aim, log *callLog) {
 	} else {
 		faulter = client1
 	}
-	if rng.Float64() < 0.4 {
-		then := callproxy.Fault{Lock: name, Mode: callproxy.Stall, Delay: dur(rng, 2200*time.Millisecond, 3*time.Second)}
-		if rng.IntN(2) == 0 {
-			then = callproxy.Fault{Lock: name, Mode: callproxy.Late, Delay: dur(rng, time.Second, 3*time.Second)}
-		}
-		faulter.then = func(check.Op) {
-			faulter.then = nil
+	firstAnswer := make(chan struct{})
+	follow := rng.Float64() < 0.4 || recipe
+	then := callproxy.Fault{Lock: name, Mode: callproxy.Stall, Delay: dur(rng, 2200*time.Millisecond, 3*time.Second)}
+	if rng.IntN(2) == 0 && !recipe {
+		then = callproxy.Fault{Lock: name, Mode: callproxy.Late, Delay: dur(rng, time.Second, 3*time.Second)}
+	}
+	faulter.then = func(check.Op) {
+		faulter.then = nil
+		if follow {
 			armed = append(armed, p.Arm(then))
 		}
+		close(firstAnswer)
 	}
 	armedAt := time.Now()
 	var wg sync.WaitGroup
@@ -268,22 +281,31 @@ func (r *trial) episode(rng *rand.Rand, name string, a aim, log *callLog) {
 	} else {
 		answered := make(chan struct{})
 		pause := dur(rng, 0, fault.Delay+300*time.Millisecond)
+		rng2 := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())) // the holder's goroutine's own
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer close(released)
 			// The holder lets go at a random moment around the faulted call
 			// and its copy.
-			select {
-			case <-first.Hit():
-			case <-answered:
-			case <-time.After(2500 * time.Millisecond):
+			if recipe {
+				pause = dur(rng2, 0, 100*time.Millisecond)
+				select {
+				case <-firstAnswer:
+				case <-time.After(2500 * time.Millisecond):
+				}
+			} else {
+				select {
+				case <-first.Hit():
+				case <-answered:
+				case <-time.After(2500 * time.Millisecond):
+				}
 			}
 			time.Sleep(pause)
 			holder.releaseAll(name, lease, count)
 		}()
 		client1.pinned = server
-		r.faulted(bg, client1, rng, name, o, t, a)
+		r.faulted(bg, client1, rng, name, o, t, a, recipe)
 		close(answered)
 	}
 	// Another client asks for the lock, with a wait, once it was released:
@@ -329,8 +351,9 @@ func (r *trial) episode(rng *rand.Rand, name string, a aim, log *callLog) {
 // request and never comes back; else a lost answer to a keyed acquire is
 // sent again with its key until answered (acquireIdem), and whatever it got
 // is held and released, polled, or left (a 423).
-func (r *trial) faulted(ctx context.Context, c *agent, rng *rand.Rand, name string, o client.AcquireOptions, t ticket, a aim) {
-	hang := rng.Float64() < 0.2
+func (r *trial) faulted(ctx context.Context, c *agent, rng *rand.Rand, name string, o client.AcquireOptions, t ticket, a aim,
+	recipe bool) {
+	hang := rng.Float64() < 0.2 && !recipe
 	after := dur(rng, 0, 2500*time.Millisecond)
 	if a == aimPoll {
 		wait := dur(rng, 300*time.Millisecond, 1500*time.Millisecond)
@@ -348,6 +371,9 @@ func (r *trial) faulted(ctx context.Context, c *agent, rng *rand.Rand, name stri
 	busyFor := time.Duration(0)
 	if o.IdempotencyKey != "" && rng.Float64() < 0.7 {
 		busyFor = dur(rng, 500*time.Millisecond, 3*time.Second)
+	}
+	if recipe {
+		busyFor = 3500 * time.Millisecond
 	}
 	var res *client.AcquireResult
 	var op check.Op
