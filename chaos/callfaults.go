@@ -242,9 +242,15 @@ func (r *trial) episode(rng *rand.Rand, name string, a aim, log *callLog) {
 	// Now and then the store's retry of the call is faulted too: then Baton
 	// has no answer for its client (a 503).
 	p := r.top.calls[server]
+	var amu sync.Mutex // armed grows while the clients' goroutines read it
 	armed := []*callproxy.Armed{p.Arm(fault)}
 	if rng.Float64() < 0.4 && !recipe {
 		armed = append(armed, p.Arm(pickFault(rng, name)))
+	}
+	armedNow := func() []*callproxy.Armed {
+		amu.Lock()
+		defer amu.Unlock()
+		return append([]*callproxy.Armed(nil), armed...)
 	}
 	first := armed[0]
 	// Now and then the call that comes next once the faulted request has
@@ -266,13 +272,44 @@ func (r *trial) episode(rng *rand.Rand, name string, a aim, log *callLog) {
 	faulter.then = func(check.Op) {
 		faulter.then = nil
 		if follow {
+			amu.Lock()
 			armed = append(armed, p.Arm(then))
+			amu.Unlock()
 		}
 		close(firstAnswer)
 	}
 	armedAt := time.Now()
 	var wg sync.WaitGroup
 	released := make(chan struct{})
+	// Another client asks for the lock, with a wait, once the holder has
+	// released it: at once, or once the faulted calls have run (a late
+	// copy's grant, and a retry's replay of it, come first then), while the
+	// faulted client goes on. Were a hold some client was told of still
+	// alive, this one's grant would be a second holder.
+	other, later, orng := r.agent(), rng.Float64() < 0.6, rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64()))
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		<-released
+		if later {
+			for _, x := range armedNow() {
+				if _, hit := x.Result(); !hit {
+					continue
+				}
+				select {
+				case <-x.Done():
+				case <-time.After(x.Fault().Delay + 2*time.Second):
+				}
+			}
+			time.Sleep(dur(orng, 0, 500*time.Millisecond))
+		}
+		ores, oop := other.acquire(name, client.AcquireOptions{TTL: dur(orng, 300*time.Millisecond, 800*time.Millisecond),
+			Owner: other.label(), Wait: dur(orng, 1*time.Second, 2*time.Second)})
+		if oop.Outcome == check.OK {
+			from, to := check.GrantWindow(oop)
+			other.hold(bg, name, ores.Lease, from, to, 500*time.Millisecond)
+		}
+	}()
 	if a == aimRelease {
 		// The holder's release is the faulted request.
 		holder.pinned = server
@@ -281,15 +318,15 @@ func (r *trial) episode(rng *rand.Rand, name string, a aim, log *callLog) {
 	} else {
 		answered := make(chan struct{})
 		pause := dur(rng, 0, fault.Delay+300*time.Millisecond)
-		rng2 := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())) // the holder's goroutine's own
+		hrng := rand.New(rand.NewPCG(rng.Uint64(), rng.Uint64())) // the holder's goroutine's own
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer close(released)
 			// The holder lets go at a random moment around the faulted call
-			// and its copy.
+			// and its copy; in the recipe, right after the first answer.
 			if recipe {
-				pause = dur(rng2, 0, 100*time.Millisecond)
+				pause = dur(hrng, 0, 100*time.Millisecond)
 				select {
 				case <-firstAnswer:
 				case <-time.After(2500 * time.Millisecond):
@@ -308,33 +345,9 @@ func (r *trial) episode(rng *rand.Rand, name string, a aim, log *callLog) {
 		r.faulted(bg, client1, rng, name, o, t, a, recipe)
 		close(answered)
 	}
-	// Another client asks for the lock, with a wait, once it was released:
-	// at once, or once the faulted calls have run (a late copy's grant, and
-	// a retry's replay of it, come first then). Were a hold some client was
-	// told of still alive, this one's grant would be a second holder.
-	<-released
-	if rng.Float64() < 0.6 {
-		for _, x := range armed {
-			if _, hit := x.Result(); !hit {
-				continue
-			}
-			select {
-			case <-x.Done():
-			case <-time.After(x.Fault().Delay + 2*time.Second):
-			}
-		}
-		time.Sleep(dur(rng, 0, 500*time.Millisecond))
-	}
-	other := r.agent()
-	ores, oop := other.acquire(name, client.AcquireOptions{TTL: dur(rng, 300*time.Millisecond, 800*time.Millisecond),
-		Owner: other.label(), Wait: dur(rng, 1*time.Second, 2*time.Second)})
-	if oop.Outcome == check.OK {
-		from, to := check.GrantWindow(oop)
-		other.hold(bg, name, ores.Lease, from, to, 500*time.Millisecond)
-	}
 	wg.Wait()
 	faulter.then = nil
-	for _, x := range armed {
+	for _, x := range armedNow() {
 		if !p.Disarm(x) {
 			select {
 			case <-x.Done():
