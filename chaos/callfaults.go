@@ -469,11 +469,12 @@ func (r *trial) reportCalls(log *callLog) {
 	type tally struct {
 		armed, hit int
 		modes      map[callproxy.Mode]int
+		scripts    map[string]int // the faulted calls' scripts
 		replies    map[string]int // the faulted calls' replies, as Redis gave them
 	}
 	var by [aims]tally
 	for i := range by {
-		by[i] = tally{modes: map[callproxy.Mode]int{}, replies: map[string]int{}}
+		by[i] = tally{modes: map[callproxy.Mode]int{}, scripts: map[string]int{}, replies: map[string]int{}}
 	}
 	var b strings.Builder
 	for _, f := range faults {
@@ -491,17 +492,23 @@ func (r *trial) reportCalls(log *callLog) {
 			reply = "(never ran)"
 		}
 		t.replies[reply]++
+		script := f.hit.Name
+		if script == "" {
+			script = short8(f.hit.Script)
+		}
+		t.scripts[script]++
 		fmt.Fprintf(&b, "%s %-26s %s via %s: %s %v, %s %s, read %s, client side closed %s, sent %s, ran %s: %s\n",
 			f.armed.Format("15:04:05.000"), aimNames[f.aim], f.hit.Lock, r.top.batons[f.server].name, f.hit.Mode, f.hit.Delay,
-			f.hit.Command, short8(f.hit.Script), clockOf(f.hit.At), clockOf(f.hit.Closed), clockOf(f.hit.Sent),
+			f.hit.Command, script, clockOf(f.hit.At), clockOf(f.hit.Closed), clockOf(f.hit.Sent),
 			clockOf(f.hit.Ran), reply)
 	}
 	for i, t := range by {
 		if t.armed == 0 {
 			continue
 		}
-		r.note("script-call faults at %s: %d armed, %d hit (%d late, %d lost replies, %d stalls); the faulted calls answered in Redis: %s",
-			aimNames[i], t.armed, t.hit, t.modes[callproxy.Late], t.modes[callproxy.LostReply], t.modes[callproxy.Stall], counts(t.replies))
+		r.note("script-call faults at %s: %d armed, %d hit (%d late, %d lost replies, %d stalls) on %s; the faulted calls answered in Redis: %s",
+			aimNames[i], t.armed, t.hit, t.modes[callproxy.Late], t.modes[callproxy.LostReply], t.modes[callproxy.Stall],
+			counts(t.scripts), counts(t.replies))
 	}
 	p := filepath.Join(r.dir, "faults.txt")
 	if err := os.WriteFile(p, []byte(b.String()), 0o644); err == nil {

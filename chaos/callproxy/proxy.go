@@ -29,10 +29,13 @@ package callproxy
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -76,10 +79,15 @@ type Fault struct {
 // Hit is what became of an armed fault's call.
 type Hit struct {
 	Fault
-	Command string   // EVALSHA, EVAL, FCALL, ...
-	Script  string   // its SHA, or the function's name (an EVAL's script is not kept)
-	Keys    []string // the call's keys
-	At      time.Time
+	Command string // EVALSHA, EVAL, FCALL, ...
+	Script  string // its SHA (an EVAL's: its source's), or the function's name
+	// Name is the script's name, from the "-- name.lua:" header of its
+	// source (the last one: Baton prepends its library), as an EVAL or a
+	// SCRIPT LOAD through the proxy showed it; an FCALL's function name; or
+	// "" when unknown.
+	Name string
+	Keys []string // the call's keys
+	At   time.Time
 	// Closed is when the client side was closed (Late, LostReply; zero for a
 	// Stall, whose client may close it itself).
 	Closed time.Time
@@ -95,6 +103,7 @@ type Hit struct {
 
 // Armed is a fault waiting for its call, and then what became of it.
 type Armed struct {
+	p    *Proxy
 	f    Fault
 	hit  chan struct{}
 	done chan struct{}
@@ -117,9 +126,12 @@ func (a *Armed) Done() <-chan struct{} { return a.done }
 // Result is what became of the call so far; ok is false while none was selected.
 func (a *Armed) Result() (h Hit, ok bool) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	h = a.res
+	a.mu.Unlock()
 	h.Keys = append([]string(nil), h.Keys...)
+	if h.Name == "" && h.Command != "" {
+		h.Name = a.p.name(h.Script)
+	}
 	return h, !h.At.IsZero()
 }
 
@@ -150,6 +162,31 @@ type Proxy struct {
 	armed []*Armed
 	links map[*link]bool
 	shut  bool
+	names map[string]string // script SHA (hex) -> name
+}
+
+// scriptHeader is a Baton script's first line: "-- acquire.lua: ...".
+var scriptHeader = regexp.MustCompile(`(?m)^-- ([A-Za-z0-9_]+)\.lua:`)
+
+// learn notes the name of a script whose source went through the proxy.
+func (p *Proxy) learn(src []byte) string {
+	m := scriptHeader.FindAllSubmatch(src, -1)
+	if len(m) == 0 {
+		return ""
+	}
+	name := string(m[len(m)-1][1])
+	sum := sha1.Sum(src)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.names[hex.EncodeToString(sum[:])] = name
+	return name
+}
+
+// name is the name learnt for a script's SHA, or "".
+func (p *Proxy) name(sha string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.names[strings.ToLower(sha)]
 }
 
 // Start listens on a free loopback port and proxies each connection to
@@ -159,7 +196,7 @@ func Start(upstream string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{ln: ln, upstream: upstream, closing: make(chan struct{}), links: map[*link]bool{}}
+	p := &Proxy{ln: ln, upstream: upstream, closing: make(chan struct{}), links: map[*link]bool{}, names: map[string]string{}}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -171,7 +208,7 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 // Arm arms a fault: the next script call on f.Lock, from any connection, gets
 // it. Faults armed on one lock are used in the order armed.
 func (p *Proxy) Arm(f Fault) *Armed {
-	a := &Armed{f: f, hit: make(chan struct{}), done: make(chan struct{})}
+	a := &Armed{p: p, f: f, hit: make(chan struct{}), done: make(chan struct{})}
 	a.res.Fault = f
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -358,12 +395,27 @@ func (l *link) requests() {
 		}
 		l.mu.Unlock()
 		var a *Armed
+		var script string // the script's name, when its source is sent
+		switch {
+		case pubsub:
+		case (name == "EVAL" || name == "EVAL_RO") && len(args) > 1:
+			script = l.p.learn(args[1])
+		case name == "SCRIPT" && len(args) > 2 && strings.EqualFold(string(args[1]), "LOAD"):
+			l.p.learn(args[2])
+		case strings.HasPrefix(name, "FCALL") && len(args) > 1:
+			script = string(args[1])
+		}
 		if !pubsub {
 			if keys, ok := scriptKeys(name, args); ok {
 				a = l.p.take(keys)
 				if a != nil {
+					sha := string(args[1])
+					if name == "EVAL" || name == "EVAL_RO" {
+						sum := sha1.Sum(args[1])
+						sha = hex.EncodeToString(sum[:])
+					}
 					a.update(func(h *Hit) {
-						h.Command, h.Script, h.Keys, h.At = name, string(args[1]), keys, time.Now()
+						h.Command, h.Script, h.Name, h.Keys, h.At = name, sha, script, keys, time.Now()
 					})
 					close(a.hit)
 				}

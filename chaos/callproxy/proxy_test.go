@@ -288,6 +288,28 @@ func TestCloseDropsADelayedCallAndLeavesNoGoroutine(t *testing.T) {
 	}
 }
 
+func TestNamesAScriptByItsSourcesLastHeader(t *testing.T) {
+	p, via, _ := setup(t)
+	ctx := context.Background()
+	src := "-- lib.lua: helpers\nlocal x = 1\n-- acquire.lua: the script\n" + incr
+	sha, err := via.ScriptLoad(ctx, src).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"EVALSHA", "EVAL"} {
+		a := p.Arm(Fault{Lock: "a", Mode: LostReply})
+		if cmd == "EVALSHA" {
+			_ = via.EvalSha(ctx, sha, []string{"n:{a}"}).Err()
+		} else {
+			_ = via.Eval(ctx, src, []string{"n:{a}"}).Err()
+		}
+		await(t, a.Done(), "the call")
+		if h, _ := a.Result(); h.Command != cmd || h.Name != "acquire" || h.Script != sha {
+			t.Fatalf("hit %s %s %q, want %s %s acquire", h.Command, h.Script, h.Name, cmd, sha)
+		}
+	}
+}
+
 // resp encodes a command as a RESP array of bulk strings.
 func resp(args ...string) string {
 	s := "*" + strconv.Itoa(len(args)) + "\r\n"
