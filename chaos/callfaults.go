@@ -190,10 +190,10 @@ func (r *trial) episode(rng *rand.Rand, name string, a aim, log *callLog) {
 	fault := pickFault(rng, name)
 	// A third of the keyed episodes follow one recipe: a 423 answered by the
 	// store's retry while the first attempt's copy is on its way (late by 0.3
-	// to 1.5 s), the holder letting go at once, the call after the answer
-	// (the undo Baton queues for the first attempt) stalled, and the client
-	// asking again with its key after the 423: the copy grants, the retry is
-	// told of the hold, and the undo comes last.
+	// to 1.5 s), the holder letting go at once, the call after the retry
+	// (mostly the undo Baton queues for the first attempt) stalled, and the
+	// client asking again with its key after the 423: the copy grants, the
+	// retry is told of the hold, and the undo comes last.
 	recipe := a == aimKeyed && rng.Float64() < 1.0/3
 	if recipe {
 		fault = callproxy.Fault{Lock: name, Mode: callproxy.Late, Delay: dur(rng, 300*time.Millisecond, 1500*time.Millisecond)}
@@ -244,7 +244,11 @@ func (r *trial) episode(rng *rand.Rand, name string, a aim, log *callLog) {
 	p := r.top.calls[server]
 	var amu sync.Mutex // armed grows while the clients' goroutines read it
 	armed := []*callproxy.Armed{p.Arm(fault)}
-	if rng.Float64() < 0.4 && !recipe {
+	switch {
+	case recipe:
+		armed = append(armed, p.Arm(callproxy.Fault{Lock: name, Mode: callproxy.Stall,
+			Delay: dur(rng, 2200*time.Millisecond, 3*time.Second), Skip: 1}))
+	case rng.Float64() < 0.4:
 		armed = append(armed, p.Arm(pickFault(rng, name)))
 	}
 	armedNow := func() []*callproxy.Armed {
@@ -264,9 +268,9 @@ func (r *trial) episode(rng *rand.Rand, name string, a aim, log *callLog) {
 		faulter = client1
 	}
 	firstAnswer := make(chan struct{})
-	follow := rng.Float64() < 0.4 || recipe
+	follow := rng.Float64() < 0.4 && !recipe
 	then := callproxy.Fault{Lock: name, Mode: callproxy.Stall, Delay: dur(rng, 2200*time.Millisecond, 3*time.Second)}
-	if rng.IntN(2) == 0 && !recipe {
+	if rng.IntN(2) == 0 {
 		then = callproxy.Fault{Lock: name, Mode: callproxy.Late, Delay: dur(rng, time.Second, 3*time.Second)}
 	}
 	faulter.then = func(check.Op) {

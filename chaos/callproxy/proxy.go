@@ -74,6 +74,9 @@ type Fault struct {
 	Lock  string // the hash tag a key of the call must carry: {Lock}
 	Mode  Mode
 	Delay time.Duration // Late: from the client side's close to the send; Stall: how long the call is held
+	// Skip is how many script calls on the lock the fault lets pass before it
+	// selects one; a call an earlier armed fault selects does not count.
+	Skip int
 }
 
 // Hit is what became of an armed fault's call.
@@ -105,6 +108,7 @@ type Hit struct {
 type Armed struct {
 	p    *Proxy
 	f    Fault
+	skip int // calls let pass so far (Proxy.mu)
 	hit  chan struct{}
 	done chan struct{}
 
@@ -162,8 +166,16 @@ type Proxy struct {
 	armed []*Armed
 	links map[*link]bool
 	shut  bool
-	names map[string]string // script SHA (hex) -> name
 }
+
+// names maps the SHA (hex) of each script whose source went through any
+// proxy to its name: a SHA names the same source everywhere, and a Baton
+// process whose EVALSHA finds the script that another loaded never sends
+// the source through its own proxy.
+var names = struct {
+	sync.Mutex
+	m map[string]string
+}{m: map[string]string{}}
 
 // scriptHeader is a Baton script's first line: "-- acquire.lua: ...".
 var scriptHeader = regexp.MustCompile(`(?m)^-- ([A-Za-z0-9_]+)\.lua:`)
@@ -176,17 +188,17 @@ func (p *Proxy) learn(src []byte) string {
 	}
 	name := string(m[len(m)-1][1])
 	sum := sha1.Sum(src)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.names[hex.EncodeToString(sum[:])] = name
+	names.Lock()
+	defer names.Unlock()
+	names.m[hex.EncodeToString(sum[:])] = name
 	return name
 }
 
 // name is the name learnt for a script's SHA, or "".
 func (p *Proxy) name(sha string) string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.names[strings.ToLower(sha)]
+	names.Lock()
+	defer names.Unlock()
+	return names.m[strings.ToLower(sha)]
 }
 
 // Start listens on a free loopback port and proxies each connection to
@@ -196,7 +208,7 @@ func Start(upstream string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{ln: ln, upstream: upstream, closing: make(chan struct{}), links: map[*link]bool{}, names: map[string]string{}}
+	p := &Proxy{ln: ln, upstream: upstream, closing: make(chan struct{}), links: map[*link]bool{}}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -237,14 +249,27 @@ func (p *Proxy) take(keys []string) *Armed {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i, a := range p.armed {
-		for _, k := range keys {
-			if tag(k) == a.f.Lock {
-				p.armed = append(p.armed[:i], p.armed[i+1:]...)
-				return a
-			}
+		if !a.on(keys) {
+			continue
 		}
+		if a.skip < a.f.Skip {
+			a.skip++ // let this one pass, and offer it to the next fault
+			continue
+		}
+		p.armed = append(p.armed[:i], p.armed[i+1:]...)
+		return a
 	}
 	return nil
+}
+
+// on reports whether a call with keys is on a's lock.
+func (a *Armed) on(keys []string) bool {
+	for _, k := range keys {
+		if tag(k) == a.f.Lock {
+			return true
+		}
+	}
+	return false
 }
 
 // Close stops listening, closes every connection both ways, and waits for

@@ -228,6 +228,29 @@ func TestSelectsOnlyTheNextScriptCallWithTheLocksHashTag(t *testing.T) {
 	}
 }
 
+func TestSkipLetsCallsPassBeforeSelectingOne(t *testing.T) {
+	p, via, direct := setup(t)
+	ctx := context.Background()
+	first := p.Arm(Fault{Lock: "a", Mode: LostReply})
+	third := p.Arm(Fault{Lock: "a", Mode: LostReply, Skip: 1})
+	var errs []error
+	for range 4 {
+		errs = append(errs, via.Eval(ctx, incr, []string{"n:{a}"}).Err())
+	}
+	// The first call is the first fault's; the second passes; the third is
+	// the second fault's; the fourth passes.
+	if errs[0] == nil || errs[1] != nil || errs[2] == nil || errs[3] != nil {
+		t.Fatalf("errors %v, want the first and third calls faulted", errs)
+	}
+	await(t, third.Done(), "the third call")
+	if h, _ := first.Result(); h.Reply != "done" {
+		t.Fatalf("first %+v", h)
+	}
+	if n := count(t, direct, "n:{a}"); n != 4 {
+		t.Fatalf("%d calls ran, want 4", n)
+	}
+}
+
 // TestPipelineAroundAFaultedCall sends three commands in one write: the one
 // before the faulted call is answered, the call is faulted, and the one after
 // it is never sent.
