@@ -142,8 +142,7 @@ const idemRetryFor = 20 * time.Second
 // then an answered one is sent again too (its answer lost on the way back, as
 // far as the server knows): the replay must be the same lease or ticket
 // (check.Idempotency), its lost answers retried likewise. The result is the
-// last answer that granted or queued,
-// else the last try's.
+// last answer that granted or queued, else the last try's.
 func (w *worker) acquireIdem(name string, o client.AcquireOptions) (*client.AcquireResult, check.Op) {
 	res, op := w.acquire(name, o)
 	if o.IdempotencyKey == "" {
