@@ -189,14 +189,14 @@ func (r *trial) episode(rng *rand.Rand, name string, a aim, log *callLog) {
 	server := rng.IntN(len(r.top.calls))
 	fault := pickFault(rng, name)
 	// A third of the keyed episodes follow one recipe: a 423 answered by the
-	// store's retry while the first attempt's copy is on its way (late by 0.3
-	// to 1.5 s), the holder letting go at once, the call after the retry
+	// store's retry while the first attempt's copy is on its way (late by
+	// 0.15 to 0.5 s), the holder letting go at once, the call after the retry
 	// (mostly the undo Baton queues for the first attempt) stalled, and the
-	// client asking again with its key after the 423: the copy grants, the
-	// retry is told of the hold, and the undo comes last.
+	// client asking again with its key 0.4 to 0.9 s after the 423: the copy
+	// grants, the retry is told of the hold, and the undo comes last.
 	recipe := a == aimKeyed && rng.Float64() < 1.0/3
 	if recipe {
-		fault = callproxy.Fault{Lock: name, Mode: callproxy.Late, Delay: dur(rng, 300*time.Millisecond, 1500*time.Millisecond)}
+		fault = callproxy.Fault{Lock: name, Mode: callproxy.Late, Delay: dur(rng, 150*time.Millisecond, 500*time.Millisecond)}
 	}
 	// The client whose request is faulted, and its request's options: a lease
 	// longer than the settle window, so that a hold nobody knows of shows.
@@ -418,7 +418,11 @@ func (r *trial) faulted(ctx context.Context, c *agent, rng *rand.Rand, name stri
 			continue
 		}
 		if op.Outcome == check.Busy && time.Since(first) < busyFor {
-			time.Sleep(dur(rng, 100*time.Millisecond, 300*time.Millisecond))
+			pause := dur(rng, 100*time.Millisecond, 300*time.Millisecond)
+			if recipe {
+				pause = dur(rng, 400*time.Millisecond, 900*time.Millisecond)
+			}
+			time.Sleep(pause)
 			continue
 		}
 		break
