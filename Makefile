@@ -82,7 +82,10 @@ bench-quick: deps tools-bench
 # its own redis-server and two Baton processes on free loopback ports, injects its
 # fault while 32+ clients work (some hang up mid-request) and watchers wait, and
 # checks every history (porcupine), fenced write, hold no client was told of
-# (orphans), watch's lag and key left in Redis. chaos-quick: <= 8 min (about 6);
+# (orphans; none may live past the settle window, -settle-window), lost answer
+# a keyed retry must settle, watch's lag and key left in Redis. call-faults
+# faults single script calls (late copies, lost replies, stalls) through a
+# proxy that reads the Redis protocol: go run ./chaos -only call-faults. chaos-quick: <= 8 min (about 6);
 # chaos: <= 20 min (about 18), on a 2-CPU machine. Exit 1 on any violation, stale
 # write accepted or orphan hold.
 .PHONY: chaos chaos-quick
