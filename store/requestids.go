@@ -21,7 +21,7 @@ type requestIDs struct {
 	lease, ticket string
 	lh, th, tlh   string // hashes of the lease, the ticket and the ticket's lease
 	ik            string // the idempotency record's hash; "" without a key
-	mk            string // the maker: this request, in each of its attempts
+	mk            string // the maker: this request, in each of its attempts ("" without a key: its lease is its own)
 	pid           string // names the request's own wait on its ticket
 
 	member    string        // the session member ("<nonce>:<name>"); "" without a session
@@ -31,7 +31,15 @@ type requestIDs struct {
 }
 
 func (s *Store) requestIDs(ctx context.Context, r AcquireRequest) (requestIDs, error) {
-	ids := requestIDs{mk: tag(), pid: tag()}
+	var ids requestIDs
+	if r.IdemKey != "" {
+		// Requests with one key share its hold's lease: the maker id tells
+		// them apart. Without a key the lease is the request's own ("").
+		ids.mk = tag()
+	}
+	if r.Fair {
+		ids.pid = tag() // names the request's own wait on its ticket
+	}
 	var base string
 	if r.IdemKey != "" {
 		secret, err := s.secret(ctx)
