@@ -7,7 +7,9 @@
 --
 -- The request's own hold (ARGV 2) ends unless told (a replay, a re-entry, a
 -- renewal handed it out), and the Idempotency-Key record it made is forgotten
--- with it, so that the key's next request is a fresh one. Its ticket:
+-- with it, so that the key's next request is a fresh one (not while its
+-- ticket stays queued, 'poll' below: a retry with the key replays it). Its
+-- ticket:
 --   'drop'  nobody can ever learn the ticket (a fair request without a key):
 --           it leaves the queue, and its grant ends unless told;
 --   'poll'  its owner knows it, or can learn it with its key: the poll (or the
@@ -64,8 +66,11 @@ local function undo_hold(L, now, ARGV, drop)
     end
     ended = true
   end
+  -- With 'poll' the ticket stays (its owner may learn it with the key): the
+  -- key is forgotten only with a hold this undo ended.
   local rkey = iprefix .. ARGV[9]
-  if ARGV[9] ~= '' and not told and redis.call('HGET', rkey, 'm') == mk then
+  local forget = not told and (ARGV[1] ~= 'poll' or what == 'released')
+  if ARGV[9] ~= '' and forget and redis.call('HGET', rkey, 'm') == mk then
     redis.call('DEL', rkey)
   end
   return what, ended
