@@ -126,7 +126,15 @@ local LOCK -- the lock string's pattern; made on first use
 -- The lock's string is read once per call into L, and written back (flush)
 -- when a script changed it (L.dirty).
 local function load(now)
-  local v = redis.call('GET', lock)
+  local v = redis.pcall('GET', lock)
+  if type(v) == 'table' and v.err then
+    -- Not a string: the lock of an earlier version of Baton (a hash). Its
+    -- gateways must be stopped before this version starts (README:
+    -- upgrading); what they left is dropped. Fences still grow: the time floor
+    -- is above every fence they issued.
+    redis.call('DEL', lock)
+    v = false
+  end
   if not v then
     return {f = 0, w = 0, qe = 0, n = 0, l = '0', m = 0, sx = 0, x = false, q = false, dirty = false}
   end

@@ -102,7 +102,9 @@ func (s *Store) stamp(ctx context.Context, key string) (stamp, error) {
 	if b > maxClockError {
 		return stamp{}, fmt.Errorf("%w: the Redis clock's estimate is off by up to %v", ErrUnavailable, b)
 	}
-	notAfter := now.Add(cs.offset + callBudget)
+	// Redis's time at the sample, plus the time since on this process's
+	// monotonic clock: a step of its wall clock since changes nothing.
+	notAfter := cs.at.Add(cs.offset + now.Sub(cs.at) + callBudget)
 	return stamp{notAfter: strconv.FormatInt(notAfter.UnixMilli(), 10), passed: now.Add(callBudget + 2*b + time.Millisecond)}, nil
 }
 
