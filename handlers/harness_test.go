@@ -230,7 +230,8 @@ func (r *resp) Str(k string) string { s, _ := r.Body[k].(string); return s }
 func (r *resp) Int(k string) int64  { f, _ := r.Body[k].(json.Number); n, _ := f.Int64(); return n }
 func (r *resp) Bool(k string) bool  { b, _ := r.Body[k].(bool); return b }
 
-// req is a request to send; Body is marshalled to JSON unless it is a string or []byte.
+// req is a request to send; Body is marshalled to JSON unless it is a string or
+// []byte. A Header of "" removes that header; "Host" sets the request's Host.
 type req struct {
 	Method  string
 	Path    string
@@ -278,9 +279,12 @@ func (e *env) try(r req) (*resp, error) {
 		hr.Header.Set("Content-Type", "application/json")
 	}
 	for k, v := range r.Header {
-		if v == "" {
+		switch {
+		case http.CanonicalHeaderKey(k) == "Host": // Go sends hr.Host, never a Host header
+			hr.Host = v
+		case v == "":
 			hr.Header.Del(k)
-		} else {
+		default:
 			hr.Header.Set(k, v)
 		}
 	}

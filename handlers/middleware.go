@@ -19,7 +19,9 @@ import (
 )
 
 // requestID echoes a sane X-Request-Id or makes one, sets Cache-Control: no-store
-// on every response, and puts a logger carrying the id in the request context.
+// and X-Content-Type-Options: nosniff (no browser reads a JSON answer as a page
+// or a script) on every response, and puts a logger carrying the id in the
+// request context.
 func (s *server) requestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get("X-Request-Id")
@@ -33,6 +35,7 @@ func (s *server) requestID(next http.Handler) http.Handler {
 		h := w.Header()
 		h.Set("X-Request-Id", id)
 		h.Set("Cache-Control", "no-store")
+		h.Set("X-Content-Type-Options", "nosniff")
 		log := s.log.With().Str("request_id", id).Logger()
 		ctx := context.WithValue(log.WithContext(r.Context()), requestIDKey{}, id)
 		next.ServeHTTP(w, r.WithContext(ctx))

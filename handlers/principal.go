@@ -102,6 +102,10 @@ func (s *server) need(a auth.Action, h http.Handler) http.Handler {
 			s.fail(w, r, err)
 			return
 		}
+		if hasBody(r) && !jsonMediaType(r.Header.Get("Content-Type")) { // on routes that read none too
+			s.fail(w, r, errUnsupportedMedia)
+			return
+		}
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
 	})
 }

@@ -70,7 +70,9 @@ func writeError(w http.ResponseWriter, log *zerolog.Logger, err error) {
 		p = kind("body-too-large", 413, "Body too large", "Request bodies are limited to 16 KiB.")
 	case errors.Is(err, errUnsupportedMedia):
 		p = kind("unsupported-media-type", 415, "Unsupported media type",
-			"Send the body as JSON with Content-Type: application/json.")
+			"A request body must be JSON sent with Content-Type: application/json (curl: --json '{...}', or "+
+				"-H 'Content-Type: application/json' -d '{...}'); a body without one is refused, even a blank one. "+
+				"Send no body at all for all defaults.")
 	case errors.Is(err, store.ErrLeaseNotHeld):
 		p = kind("lease-not-held", 404, "Lease not held",
 			"This lease is not held: it expired, was released, was taken by force, or never existed.")
