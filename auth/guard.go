@@ -42,18 +42,23 @@ type Config struct {
 	Auth         string         // BATON_AUTH: "off", or empty
 	Logger       zerolog.Logger // reloads, their errors, and the start warnings
 	ReloadErrors Counter        // counts failed reloads; may be nil
+	// KeyMaxWaiters is the max_waiters of a key that sets none
+	// (BATON_KEY_MAX_WAITERS), so that no key can take every long-poll a
+	// process allows (BATON_MAX_WAITERS) from the others; 0: no limit.
+	KeyMaxWaiters int
 }
 
 // Guard authenticates requests in one of the three modes. It is safe for
 // concurrent use; Reload swaps its keys atomically.
 type Guard struct {
-	mode    Mode
-	file    string
-	log     zerolog.Logger
-	errs    Counter
-	ring    atomic.Pointer[keyring]
-	mu      sync.Mutex // serialises reloads
-	lastSig fileSig    // the file as the last reload found it; under mu
+	mode       Mode
+	file       string
+	keyWaiters int // Config.KeyMaxWaiters
+	log        zerolog.Logger
+	errs       Counter
+	ring       atomic.Pointer[keyring]
+	mu         sync.Mutex // serialises reloads
+	lastSig    fileSig    // the file as the last reload found it; under mu
 }
 
 // NewGuard returns a Guard for c, having read the keys file when there is one,
@@ -62,7 +67,7 @@ type Guard struct {
 // the keys file's errors (as ReadKeys) when it cannot be used: at start a bad
 // file is fatal.
 func NewGuard(c Config) (*Guard, error) {
-	g := &Guard{file: c.File, log: c.Logger, errs: c.ReloadErrors}
+	g := &Guard{file: c.File, log: c.Logger, errs: c.ReloadErrors, keyWaiters: max(0, c.KeyMaxWaiters)}
 	switch {
 	case c.Auth != "" && c.Auth != "off":
 		return nil, fmt.Errorf("BATON_AUTH=%q: the only value is off (leave it unset to use BATON_AUTH_FILE or protected mode)", c.Auth)

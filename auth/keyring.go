@@ -26,8 +26,9 @@ type entry struct {
 var decoy = &entry{}
 
 // newKeyring builds the lookups for keys, carrying over the runtime state of
-// every name old (nil at start) also has.
-func newKeyring(keys []Key, old *keyring) *keyring {
+// every name old (nil at start) also has. A key without max_waiters gets
+// defWaiters (0: none).
+func newKeyring(keys []Key, old *keyring, defWaiters int) *keyring {
 	ring := &keyring{
 		byHash: make(map[[sha256.Size]byte]*entry, len(keys)),
 		byCN:   make(map[string]*Principal),
@@ -40,7 +41,12 @@ func newKeyring(keys []Key, old *keyring) *keyring {
 				rt = prev.rt
 			}
 		}
+		byDefault := k.MaxWaiters == 0 && defWaiters > 0
+		if byDefault {
+			k.MaxWaiters = defWaiters
+		}
 		p := newPrincipal(k, rt)
+		p.waitersByDefault = byDefault
 		ring.byName[k.Name] = p
 		if k.CertCN != "" {
 			ring.byCN[k.CertCN] = p

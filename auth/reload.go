@@ -42,7 +42,7 @@ func (g *Guard) load() error {
 	if err != nil {
 		return err
 	}
-	g.ring.Store(newKeyring(keys, g.ring.Load()))
+	g.ring.Store(newKeyring(keys, g.ring.Load(), g.keyWaiters))
 	ev := g.log.Info()
 	if len(keys) == 0 {
 		ev = g.log.Warn()

@@ -127,6 +127,8 @@ type envOptions struct {
 	Limits     handlers.Limits
 	TicketTTL  time.Duration
 	MaxWaiters int
+	// KeyMaxWaiters is the max_waiters of keys that set none (keys mode).
+	KeyMaxWaiters int
 	// Keys, when set, is a keys file (YAML): the server runs in keys mode.
 	Keys             string
 	Protected        bool // protected mode: loopback peers only
@@ -175,7 +177,8 @@ func newEnv(t *testing.T, o envOptions) *env {
 		if err := os.WriteFile(keysFile, []byte(o.Keys), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if guard, err = auth.NewGuard(auth.Config{File: keysFile, Logger: log, ReloadErrors: m.AuthReloadErrors}); err != nil {
+		if guard, err = auth.NewGuard(auth.Config{File: keysFile, Logger: log, ReloadErrors: m.AuthReloadErrors,
+			KeyMaxWaiters: o.KeyMaxWaiters}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -2,7 +2,7 @@ package handlers
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -146,17 +146,37 @@ func (s *server) audit(r *http.Request, principal, what string, err error) {
 }
 
 // waitSlot counts a long-poll against the principal's max_waiters for as long
-// as it waits; release must be called when it ends. Errors: errTooManyWaiters.
+// as it waits; release must be called when it ends. Errors: *keyWaitersError.
 func waitSlot(r *http.Request, wait time.Duration) (release func(), err error) {
 	p := principalOf(r)
 	if wait <= 0 || p == nil {
 		return func() {}, nil
 	}
 	if !p.AcquireWaiter() {
-		return nil, errKeyWaiters
+		n, byDefault := p.MaxWaiters()
+		return nil, &keyWaitersError{principal: p.Name(), max: n, byDefault: byDefault}
 	}
 	return p.ReleaseWaiter, nil
 }
 
-// errKeyWaiters: the key's long-polls are at its max_waiters.
-var errKeyWaiters = errors.New("key's waiter limit reached")
+// keyWaitersError: the key's long-polls in this process are at its
+// max_waiters (its own, or the server's default for keys without one).
+type keyWaitersError struct {
+	principal string
+	max       int
+	byDefault bool
+}
+
+func (e *keyWaitersError) Error() string {
+	return fmt.Sprintf("key %q holds its %d waiting requests", e.principal, e.max)
+}
+
+// detail is the 429's detail: which cap, how big, and where it is set.
+func (e *keyWaitersError) detail() string {
+	where := "its max_waiters in the keys file"
+	if e.byDefault {
+		where = "BATON_KEY_MAX_WAITERS, the server's max_waiters for keys that set none"
+	}
+	return fmt.Sprintf("API key %q already has %d waiting requests (long-polls) on this server, its limit (%s); "+
+		"retry after Retry-After seconds, or wait less at once.", e.principal, e.max, where)
+}

@@ -56,6 +56,7 @@ func writeError(w http.ResponseWriter, log *zerolog.Logger, err error) {
 	var limit *store.LimitError
 	var limited *rateLimited
 	var tooLarge *http.MaxBytesError
+	var keyWaiters *keyWaitersError
 	switch {
 	case errors.As(err, &verr):
 		p = kind("invalid-request", 400, "Invalid request", verr.detail)
@@ -101,9 +102,8 @@ func writeError(w http.ResponseWriter, log *zerolog.Logger, err error) {
 	case errors.As(err, &limited):
 		p = kind("rate-limited", 429, "Rate limited", "This API key is over its rate_per_s; retry after Retry-After seconds.")
 		w.Header().Set("Retry-After", strconv.FormatInt(max(1, int64(limited.after.Seconds())), 10))
-	case errors.Is(err, errKeyWaiters):
-		p = kind("too-many-waiters", 429, "Too many waiters",
-			"This API key holds its max_waiters of waiting requests on this server; retry shortly.")
+	case errors.As(err, &keyWaiters):
+		p = kind("too-many-waiters", 429, "Too many waiters", keyWaiters.detail())
 		w.Header().Set("Retry-After", "1")
 	case errors.Is(err, store.ErrSessionNotFound):
 		p = kind("session-not-found", 404, "Session not found",
@@ -116,7 +116,7 @@ func writeError(w http.ResponseWriter, log *zerolog.Logger, err error) {
 			"This Idempotency-Key was used with another request body; a retry must send the same body.")
 	case errors.Is(err, store.ErrTooManyWaiters):
 		p = kind("too-many-waiters", 429, "Too many waiters",
-			"This server holds its maximum number of waiting requests; retry shortly.")
+			"This server holds its maximum number of waiting requests (long-polls), BATON_MAX_WAITERS, for all clients together; retry shortly.")
 		w.Header().Set("Retry-After", "1")
 	case errors.Is(err, store.ErrUnavailable):
 		p = kind("store-unavailable", 503, "Store unavailable",

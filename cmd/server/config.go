@@ -22,6 +22,9 @@ type Config struct {
 	MaxWait         time.Duration `envconfig:"MAX_WAIT" default:"60s"`
 	TicketTTL       time.Duration `envconfig:"TICKET_TTL" default:"10s"`
 	MaxWaiters      int           `envconfig:"MAX_WAITERS" default:"50000"`
+	// KeyMaxWaiters is the max_waiters of a key that sets none; 0: a quarter
+	// of MaxWaiters (keyMaxWaiters).
+	KeyMaxWaiters int `envconfig:"KEY_MAX_WAITERS"`
 	LogLevel        string        `envconfig:"LOG_LEVEL" default:"info"`
 	LogFormat       string        `envconfig:"LOG_FORMAT" default:"json"`
 	ShutdownDelay   time.Duration `envconfig:"SHUTDOWN_DELAY" default:"1s"`
@@ -74,6 +77,16 @@ const (
 // duration; past it, it would wrap around.
 var maxMaxWait = (time.Duration(math.MaxInt64) - longPollSlack).Truncate(time.Millisecond)
 
+// keyMaxWaiters is the max_waiters of a key that sets none: BATON_KEY_MAX_WAITERS,
+// or a quarter of BATON_MAX_WAITERS, so that one key cannot take every
+// long-poll a process allows.
+func (c Config) keyMaxWaiters() int {
+	if c.KeyMaxWaiters > 0 {
+		return c.KeyMaxWaiters
+	}
+	return max(1, c.MaxWaiters/4)
+}
+
 // writeTimeout is the HTTP server's WriteTimeout: a long-poll that waited
 // MaxWait still has time to be answered.
 func (c Config) writeTimeout() time.Duration { return c.MaxWait + longPollSlack }
@@ -114,6 +127,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxWaiters < 1 {
 		add("BATON_MAX_WAITERS must be at least 1")
+	}
+	if c.KeyMaxWaiters < 0 || c.KeyMaxWaiters > c.MaxWaiters {
+		add("BATON_KEY_MAX_WAITERS (%d) must be between 1 and BATON_MAX_WAITERS (%d), or 0 for a quarter of it", c.KeyMaxWaiters, c.MaxWaiters)
 	}
 	if c.LogFormat != "json" && c.LogFormat != "console" {
 		add("BATON_LOG_FORMAT must be json or console")

@@ -53,6 +53,9 @@ func TestValidate(t *testing.T) {
 		{name: "zero shutdown timeout", give: func(c *Config) { c.ShutdownTimeout = 0 }, want: "BATON_SHUTDOWN_TIMEOUT (0s) must be at least 8s"},
 		{name: "fence guard under 1s", give: func(c *Config) { c.FenceGuard = 999 * time.Millisecond }, want: "BATON_FENCE_GUARD (999ms) must be at least 1s"},
 		{name: "fence guard 1s", give: func(c *Config) { c.FenceGuard = time.Second }},
+		{name: "a key's waiters above the process's", give: func(c *Config) { c.MaxWaiters, c.KeyMaxWaiters = 20, 21 }, want: "BATON_KEY_MAX_WAITERS (21) must be between 1 and BATON_MAX_WAITERS (20)"},
+		{name: "negative key waiters", give: func(c *Config) { c.KeyMaxWaiters = -1 }, want: "BATON_KEY_MAX_WAITERS"},
+		{name: "a key may have all waiters", give: func(c *Config) { c.MaxWaiters, c.KeyMaxWaiters = 20, 20 }},
 		{name: "negative shutdown delay", give: func(c *Config) { c.ShutdownDelay = -time.Second }, want: "BATON_SHUTDOWN_DELAY (-1s) must not be negative"},
 	}
 	for _, tt := range tests {
@@ -67,6 +70,18 @@ func TestValidate(t *testing.T) {
 				t.Errorf("got %v, want an error containing %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// A key without max_waiters may hold a quarter of the process's long-polls,
+// unless BATON_KEY_MAX_WAITERS says otherwise; never none.
+func TestKeyMaxWaitersDefault(t *testing.T) {
+	for _, tt := range []struct{ max, key, want int }{{50000, 0, 12500}, {20, 0, 5}, {3, 0, 1}, {1, 0, 1}, {20, 7, 7}} {
+		cfg := testConfig()
+		cfg.MaxWaiters, cfg.KeyMaxWaiters = tt.max, tt.key
+		if got := cfg.keyMaxWaiters(); got != tt.want {
+			t.Errorf("BATON_MAX_WAITERS=%d BATON_KEY_MAX_WAITERS=%d: %d, want %d", tt.max, tt.key, got, tt.want)
+		}
 	}
 }
 
