@@ -99,6 +99,9 @@ func (s *server) record(id, traceID, method, route, principal string, code, byte
 	elapsed := time.Since(start)
 	s.m.Requests.WithLabelValues(route, m, status, principal).Inc()
 	s.m.Duration.WithLabelValues(route, m, status).Observe(elapsed.Seconds())
+	if code == http.StatusUnauthorized {
+		return // its audit line, or the summary of a burst of them, is its log (audit.go)
+	}
 	ev := s.log.Info()
 	if traceID != "" {
 		ev = ev.Str("trace_id", traceID)

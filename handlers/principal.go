@@ -84,7 +84,7 @@ func (s *server) need(a auth.Action, h http.Handler) http.Handler {
 		if s.guard != nil {
 			var err error
 			if p, err = s.guard.Authenticate(r); err != nil {
-				s.audit(r, auth.Anonymous, "unauthorized", err)
+				s.refusals.unauthorized(r, err)
 				w.Header().Set("WWW-Authenticate", auth.Challenge)
 				s.fail(w, r, err)
 				return
@@ -130,19 +130,10 @@ func (s *server) authorize(r *http.Request, p *auth.Principal, a auth.Action) er
 	return p.Authorize(a, name)
 }
 
-// audit logs a refusal or a force release with who, where from and which route.
+// audit logs a refusal (403) or a force release with who, where from and
+// which route; 401s go through s.refusals.
 func (s *server) audit(r *http.Request, principal, what string, err error) {
-	ev := s.log.Info()
-	if what != "force" {
-		ev = s.log.Warn()
-	}
-	route := chi.RouteContext(r.Context()).RoutePattern()
-	ev = ev.Bool("audit", true).Str("event", what).Str("principal", principal).Str("route", route).
-		Str("peer", r.RemoteAddr).Str("request_id", requestIDOf(r))
-	if err != nil {
-		ev = ev.Str("reason", err.Error())
-	}
-	ev.Msg("audit")
+	auditLine(s.log, r, principal, what, err)
 }
 
 // waitSlot counts a long-poll against the principal's max_waiters for as long

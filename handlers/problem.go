@@ -97,6 +97,10 @@ func writeError(w http.ResponseWriter, log *zerolog.Logger, err error) {
 		w.Header().Set("Retry-After", strconv.FormatInt(max(1, (ttl+999)/1000), 10))
 	case errors.Is(err, errUnauthorized):
 		p = kind("unauthorized", 401, "Unauthorized", err.Error())
+		// A client without a valid key keeps no connection: thousands held
+		// open after their 401 cost a goroutine and buffers each until the
+		// idle timeout.
+		w.Header().Set("Connection", "close")
 	case errors.Is(err, errForbidden):
 		p = kind("forbidden", 403, "Forbidden", err.Error()+".")
 	case errors.As(err, &limited):

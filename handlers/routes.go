@@ -69,12 +69,15 @@ type server struct {
 	spec   []byte
 	guard  *auth.Guard
 	lot    *park.Lot
+	// refusals logs the audit lines of 401s, rate-limited (audit.go).
+	refusals *refusalLog
 }
 
 // NewServer returns the HTTP handler for the whole API. Every route is here, in
 // the order of api/openapi.yaml, with the action (access control) it needs.
 func NewServer(d Deps) http.Handler {
-	s := &server{store: d.Store, limits: d.Limits, log: d.Logger, m: d.Metrics, spec: d.Spec, guard: d.Guard, lot: d.Lot}
+	s := &server{store: d.Store, limits: d.Limits, log: d.Logger, m: d.Metrics, spec: d.Spec, guard: d.Guard, lot: d.Lot,
+		refusals: newRefusalLog(d.Logger)}
 	r := chi.NewRouter()
 	if d.Tracer != nil {
 		r.Use(traced(d.Tracer, d.Propagator))
