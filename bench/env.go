@@ -156,7 +156,7 @@ func newEnv(ctx context.Context, root string, cfg config) (e *env, err error) {
 }
 
 // batonSettings is how startBaton configures every Baton, for results.json.
-const batonSettings = "BATON_LOG_LEVEL=warn BATON_MAX_WAIT=10m BATON_MAX_WAITERS=100000, other settings default"
+const batonSettings = "BATON_LOG_LEVEL=warn BATON_MAX_WAIT=10m BATON_MAX_WAITERS=100000 BATON_MAX_CONNS=200000, other settings default"
 
 func (e *env) setup() setup {
 	s := setup{
@@ -354,6 +354,9 @@ func (e *env) startBaton(ctx context.Context, extra ...string) (*proc, string, e
 			"BATON_LOG_LEVEL=warn",
 			"BATON_MAX_WAIT=10m",
 			"BATON_MAX_WAITERS=100000",
+			// The waiters scenario opens as many connections as the open-file
+			// limit allows: past the default limit (three quarters of it).
+			"BATON_MAX_CONNS=200000",
 		}, extra...), e.batonBin)
 		if err != nil {
 			return nil, "", err

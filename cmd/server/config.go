@@ -25,6 +25,9 @@ type Config struct {
 	// KeyMaxWaiters is the max_waiters of a key that sets none; 0: a quarter
 	// of MaxWaiters (keyMaxWaiters).
 	KeyMaxWaiters int `envconfig:"KEY_MAX_WAITERS"`
+	// MaxConns bounds the client connections open at once; 0: three quarters
+	// of the open-file limit (maxConns).
+	MaxConns int `envconfig:"MAX_CONNS"`
 	LogLevel        string        `envconfig:"LOG_LEVEL" default:"info"`
 	LogFormat       string        `envconfig:"LOG_FORMAT" default:"json"`
 	ShutdownDelay   time.Duration `envconfig:"SHUTDOWN_DELAY" default:"1s"`
@@ -87,6 +90,22 @@ func (c Config) keyMaxWaiters() int {
 	return max(1, c.MaxWaiters/4)
 }
 
+// defaultMaxConns is BATON_MAX_CONNS where the open-file limit is unknown.
+const defaultMaxConns = 10000
+
+// maxConns is BATON_MAX_CONNS, or three quarters of the open-file limit, so
+// that a flood of connections leaves descriptors for Redis, the keys file and
+// the certificates.
+func (c Config) maxConns() int {
+	if c.MaxConns > 0 {
+		return c.MaxConns
+	}
+	if n, ok := openFileLimit(); ok {
+		return int(max(1, min(n/4*3, 1<<30)))
+	}
+	return defaultMaxConns
+}
+
 // writeTimeout is the HTTP server's WriteTimeout: a long-poll that waited
 // MaxWait still has time to be answered.
 func (c Config) writeTimeout() time.Duration { return c.MaxWait + longPollSlack }
@@ -127,6 +146,9 @@ func (c Config) validate() error {
 	}
 	if c.MaxWaiters < 1 {
 		add("BATON_MAX_WAITERS must be at least 1")
+	}
+	if c.MaxConns < 0 {
+		add("BATON_MAX_CONNS must not be negative (0: three quarters of the open-file limit)")
 	}
 	if c.KeyMaxWaiters < 0 || c.KeyMaxWaiters > c.MaxWaiters {
 		add("BATON_KEY_MAX_WAITERS (%d) must be between 1 and BATON_MAX_WAITERS (%d), or 0 for a quarter of it", c.KeyMaxWaiters, c.MaxWaiters)

@@ -56,6 +56,7 @@ func TestValidate(t *testing.T) {
 		{name: "a key's waiters above the process's", give: func(c *Config) { c.MaxWaiters, c.KeyMaxWaiters = 20, 21 }, want: "BATON_KEY_MAX_WAITERS (21) must be between 1 and BATON_MAX_WAITERS (20)"},
 		{name: "negative key waiters", give: func(c *Config) { c.KeyMaxWaiters = -1 }, want: "BATON_KEY_MAX_WAITERS"},
 		{name: "a key may have all waiters", give: func(c *Config) { c.MaxWaiters, c.KeyMaxWaiters = 20, 20 }},
+		{name: "negative max conns", give: func(c *Config) { c.MaxConns = -1 }, want: "BATON_MAX_CONNS must not be negative"},
 		{name: "negative shutdown delay", give: func(c *Config) { c.ShutdownDelay = -time.Second }, want: "BATON_SHUTDOWN_DELAY (-1s) must not be negative"},
 	}
 	for _, tt := range tests {
@@ -82,6 +83,23 @@ func TestKeyMaxWaitersDefault(t *testing.T) {
 		if got := cfg.keyMaxWaiters(); got != tt.want {
 			t.Errorf("BATON_MAX_WAITERS=%d BATON_KEY_MAX_WAITERS=%d: %d, want %d", tt.max, tt.key, got, tt.want)
 		}
+	}
+}
+
+// Without BATON_MAX_CONNS, the connection limit stays well below the
+// open-file limit, so that a flood of connections leaves descriptors for Redis.
+func TestMaxConnsDefault(t *testing.T) {
+	cfg := testConfig()
+	n, ok := openFileLimit()
+	if !ok {
+		t.Skip("no open-file limit on this platform")
+	}
+	if got := cfg.maxConns(); got < 1 || uint64(got) > n*3/4 {
+		t.Errorf("default BATON_MAX_CONNS %d with an open-file limit of %d, want at most three quarters of it", got, n)
+	}
+	cfg.MaxConns = 7
+	if got := cfg.maxConns(); got != 7 {
+		t.Errorf("BATON_MAX_CONNS=7: %d", got)
 	}
 }
 

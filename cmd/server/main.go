@@ -147,10 +147,12 @@ func serve(ctx context.Context, cfg Config, log zerolog.Logger, listening func(n
 		log.Warn().Err(err).Msg("redis is not ready yet; serving 503 until it is")
 	}
 
-	ln, err := net.Listen("tcp", cfg.Addr)
+	raw, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return err
 	}
+	ln := limitConns(raw, cfg.maxConns(), met, log)
+	warnLimits(cfg, log)
 	srv := &http.Server{
 		TLSConfig:         tlsCfg,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -207,6 +209,20 @@ func serve(ctx context.Context, cfg Config, log zerolog.Logger, listening func(n
 	}
 	log.Info().Msg("stopped")
 	return nil
+}
+
+// warnLimits logs the limits that undercut each other: every long-poll holds
+// a connection, and every connection a descriptor.
+func warnLimits(cfg Config, log zerolog.Logger) {
+	conns := cfg.maxConns()
+	if conns < cfg.MaxWaiters {
+		log.Warn().Int("max_conns", conns).Int("max_waiters", cfg.MaxWaiters).
+			Msg("BATON_MAX_CONNS is below BATON_MAX_WAITERS: every long-poll holds a connection, so fewer can wait than BATON_MAX_WAITERS says")
+	}
+	if n, ok := openFileLimit(); ok && uint64(conns) >= n {
+		log.Warn().Int("max_conns", conns).Uint64("open_files", n).
+			Msg("BATON_MAX_CONNS is not below the open-file limit: a flood of connections can leave no descriptor for Redis")
+	}
 }
 
 // redisLogger sends go-redis's own messages to the structured log.
