@@ -161,16 +161,18 @@ func serve(ctx context.Context, cfg Config, log zerolog.Logger, listening func(n
 	}
 	lot := startLot(cfg, srv, log)
 	defer lot.Close()
+	draining := make(chan struct{})
 	srv.Handler = handlers.NewServer(handlers.Deps{
 		Store: st,
 		Limits: handlers.Limits{DefaultTTL: cfg.DefaultTTL, MinTTL: cfg.MinTTL, MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait,
 			BodyReadTimeout: cfg.BodyReadTimeout},
-		Logger:  log,
-		Metrics: met,
-		Spec:    api.Spec,
-		Guard:   guard,
-		Tracer:  cfg.tracer,
-		Lot:     lot,
+		Logger:   log,
+		Metrics:  met,
+		Spec:     api.Spec,
+		Guard:    guard,
+		Tracer:   cfg.tracer,
+		Lot:      lot,
+		Draining: draining,
 	})
 	if lot != nil {
 		srv.Handler, srv.ConnContext = lot.Handler(srv.Handler), lot.ConnContext
@@ -197,6 +199,7 @@ func serve(ctx context.Context, cfg Config, log zerolog.Logger, listening func(n
 	case <-ctx.Done():
 	}
 	log.Info().Msg("shutting down: readiness off, long-polls answered")
+	close(draining)
 	st.Shutdown()
 	time.Sleep(cfg.ShutdownDelay) // keep answering (readyz 503) while load balancers notice
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
