@@ -59,6 +59,7 @@ type Guard struct {
 	ring       atomic.Pointer[keyring]
 	mu         sync.Mutex // serialises reloads
 	lastSig    fileSig    // the file as the last reload found it; under mu
+	pending    *fileSig   // a change Watch saw, loaded if the next look sees it too; under mu
 }
 
 // NewGuard returns a Guard for c, having read the keys file when there is one,

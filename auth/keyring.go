@@ -10,6 +10,7 @@ import (
 // keyring is one version of the keys file, ready for lookups. A reload builds a
 // new one and swaps it in whole.
 type keyring struct {
+	keys   []Key // as the file gave them
 	byHash map[[sha256.Size]byte]*entry
 	byCN   map[string]*Principal
 	byName map[string]*Principal
@@ -30,6 +31,7 @@ var decoy = &entry{}
 // defWaiters (0: none).
 func newKeyring(keys []Key, old *keyring, defWaiters int) *keyring {
 	ring := &keyring{
+		keys:   keys,
 		byHash: make(map[[sha256.Size]byte]*entry, len(keys)),
 		byCN:   make(map[string]*Principal),
 		byName: make(map[string]*Principal, len(keys)),

@@ -49,6 +49,10 @@ func NewGrant(names Glob, actions ...Action) (Grant, error) {
 	return g, nil
 }
 
+// String is the grant as keygen's --allow takes it: GLOB=ACTION,ACTION, with
+// the actions as written.
+func (g Grant) String() string { return g.Names.String() + "=" + g.listed.String() }
+
 // Actions returns the actions the grant allows, admin's implied ones included.
 func (g Grant) Actions() []Action { return g.set.list() }
 

@@ -82,7 +82,7 @@ func New() *Metrics {
 		}),
 		AuthReloadErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "baton_auth_reload_errors_total",
-			Help: "Reloads of the keys file (SIGHUP or a change) that failed; the previous keys stayed in force.",
+			Help: "Reloads of the keys file (SIGHUP or a change) that failed: nothing was added or changed, and keys gone from the file were revoked.",
 		}),
 		Undos: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "baton_abandoned_undone_total",
