@@ -32,6 +32,9 @@ var (
 	errUnsupportedMedia = errors.New("unsupported media type")
 	errNotFound         = errors.New("no such route")
 	errMethodNotAllowed = errors.New("method not allowed")
+	// errHeldUnseen is a 423 for a key without read on the lock: its owner,
+	// ttl and waiters are what GET would show, which that key gets 403 for.
+	errHeldUnseen = errors.New("lock held")
 )
 
 // validationError is a 400 invalid-request; fields maps each bad field to why.
@@ -95,6 +98,10 @@ func writeError(w http.ResponseWriter, log *zerolog.Logger, err error) {
 		ttl := held.TTL.Milliseconds()
 		p.TTLms, p.Owner, p.Waiters = &ttl, &held.Owner, &held.Waiters
 		w.Header().Set("Retry-After", strconv.FormatInt(max(1, (ttl+999)/1000), 10))
+	case errors.Is(err, errHeldUnseen):
+		p = kind("lock-held", 423, "Lock held", "The lock is held by someone else and was not granted within wait_ms. "+
+			"Its holder, time left and queue are shown only to keys that may read the lock.")
+		w.Header().Set("Retry-After", "1")
 	case errors.Is(err, errUnauthorized):
 		p = kind("unauthorized", 401, "Unauthorized", err.Error())
 		// A client without a valid key keeps no connection: thousands held
