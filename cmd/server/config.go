@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
+	"net/netip"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -53,8 +55,10 @@ type Config struct {
 	TLSCertFile     string `envconfig:"TLS_CERT_FILE"`
 	TLSKeyFile      string `envconfig:"TLS_KEY_FILE"`
 	TLSClientCAFile string `envconfig:"TLS_CLIENT_CA_FILE"`
-	// DebugAddr, when set, serves Go's runtime profiles there (debug.go).
-	DebugAddr string `envconfig:"DEBUG_ADDR"`
+	// DebugAddr, when set, serves Go's runtime profiles there (debug.go): a
+	// loopback address, unless DebugAllowRemote.
+	DebugAddr        string `envconfig:"DEBUG_ADDR"`
+	DebugAllowRemote bool   `envconfig:"DEBUG_ALLOW_REMOTE"`
 	// Park is "on" (or empty) to park waiting long-polls' connections (park.go),
 	// "off" to keep each on net/http's goroutine while it waits.
 	Park string `envconfig:"PARK" default:"on"`
@@ -88,6 +92,16 @@ func (c Config) keyMaxWaiters() int {
 		return c.KeyMaxWaiters
 	}
 	return max(1, c.MaxWaiters/4)
+}
+
+// loopbackHost reports whether a listen address's host is localhost or a
+// loopback address; "" (every interface) is not.
+func loopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	addr, err := netip.ParseAddr(host)
+	return err == nil && addr.Unmap().IsLoopback()
 }
 
 // defaultMaxConns is BATON_MAX_CONNS where the open-file limit is unknown.
@@ -181,6 +195,13 @@ func (c Config) validate() error {
 	}
 	if c.FenceGuard < time.Second {
 		add("BATON_FENCE_GUARD (%v) must be at least 1s: it is the longest backward step of the Redis clock fences survive", c.FenceGuard)
+	}
+	if c.DebugAddr != "" && !c.DebugAllowRemote {
+		if host, _, err := net.SplitHostPort(c.DebugAddr); err == nil && !loopbackHost(host) {
+			add("BATON_DEBUG_ADDR (%s) is not a loopback address: the runtime profiles need no key and show every goroutine's "+
+				"stack and the heap. Use 127.0.0.1:PORT (or [::1]:PORT, localhost:PORT), or set BATON_DEBUG_ALLOW_REMOTE=true "+
+				"to serve them there, on a private network only", c.DebugAddr)
+		}
 	}
 	if c.Park != "" && c.Park != "on" && c.Park != "off" {
 		add("BATON_PARK must be on or off")

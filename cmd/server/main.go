@@ -178,7 +178,7 @@ func serve(ctx context.Context, cfg Config, log zerolog.Logger, listening func(n
 		srv.Handler, srv.ConnContext = lot.Handler(srv.Handler), lot.ConnContext
 	}
 	if cfg.DebugAddr != "" {
-		dbg, at, err := startDebug(cfg.DebugAddr)
+		dbg, at, err := startDebug(cfg.DebugAddr, cfg.DebugAllowRemote)
 		if err != nil {
 			ln.Close()
 			return fmt.Errorf("BATON_DEBUG_ADDR: %w", err)
