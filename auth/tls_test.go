@@ -268,3 +268,44 @@ func TestNewTLSConfigErrors(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TLS 1.2 is served only with forward secrecy and authenticated encryption
+// (ECDHE with GCM or ChaCha20-Poly1305): a client that offers only a CBC
+// suite (with SHA-1 or SHA-256) is refused. TLS 1.3 is served.
+func TestTLS12OnlyECDHEWithAEAD(t *testing.T) {
+	dir := t.TempDir()
+	ca := newTestCA(t, "test CA")
+	c, k := ca.issue(t, 1, "baton", false)
+	cfg, err := NewTLSConfig(TLSFiles{CertFile: writeFile(t, dir, "tls.crt", c), KeyFile: writeFile(t, dir, "tls.key", k)}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := serveTLS(t, cfg, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	tests := []struct {
+		suite uint16 // 0: TLS 1.3, Go's default suites
+		want  bool
+	}{
+		{tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA, false},
+		{tls.TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA, false},
+		{tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256, false},
+		{tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, true},
+		{tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384, true},
+		{tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256, true},
+		{0, true},
+	}
+	for _, tt := range tests {
+		cc := &tls.Config{RootCAs: ca.pool(), MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{tt.suite}}
+		name := tls.CipherSuiteName(tt.suite)
+		if tt.suite == 0 {
+			cc, name = &tls.Config{RootCAs: ca.pool(), MinVersion: tls.VersionTLS13}, "TLS 1.3"
+		}
+		hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: cc}}
+		resp, err := hc.Get(url)
+		if err == nil {
+			resp.Body.Close()
+		}
+		if got := err == nil; got != tt.want {
+			t.Errorf("%s: served %v (%v), want %v", name, got, err, tt.want)
+		}
+	}
+}
