@@ -60,7 +60,13 @@ func FuzzParseKeys(f *testing.F) {
 		}
 		names, sums := map[string]bool{}, map[string]bool{}
 		for _, k := range keys {
-			if !validKeyName(k.Name) || names[k.Name] || len(k.Allow) == 0 || (k.SHA256 == "") == (k.CertCN == "") {
+			creds := 0
+			for _, c := range []string{k.SHA256, k.CertCN, k.CertURI} {
+				if c != "" {
+					creds++
+				}
+			}
+			if !validKeyName(k.Name) || names[k.Name] || len(k.Allow) == 0 || creds != 1 {
 				t.Fatalf("accepted an invalid key: %+v", k)
 			}
 			if k.SHA256 != "" && (sums[k.SHA256] || !isHex64(k.SHA256) || strings.ToLower(k.SHA256) != k.SHA256) {

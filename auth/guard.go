@@ -125,7 +125,11 @@ func (g *Guard) Authenticate(r *http.Request) (*Principal, error) {
 	ring := g.ring.Load()
 	vals := r.Header.Values("Authorization")
 	if len(vals) == 0 {
-		if p := ring.byCert(r.TLS); p != nil {
+		p, ambiguous := ring.byCert(r.TLS)
+		if ambiguous {
+			return nil, errCertAmbiguous
+		}
+		if p != nil {
 			// A browser presents its client certificate to any page's
 			// request: that is ambient authority, like a cookie.
 			if err := checkBrowser(r); err != nil {

@@ -13,6 +13,7 @@ type keyring struct {
 	keys   []Key // as the file gave them
 	byHash map[[sha256.Size]byte]*entry
 	byCN   map[string]*Principal
+	byURI  map[string]*Principal
 	byName map[string]*Principal
 }
 
@@ -34,6 +35,7 @@ func newKeyring(keys []Key, old *keyring, defWaiters int) *keyring {
 		keys:   keys,
 		byHash: make(map[[sha256.Size]byte]*entry, len(keys)),
 		byCN:   make(map[string]*Principal),
+		byURI:  make(map[string]*Principal),
 		byName: make(map[string]*Principal, len(keys)),
 	}
 	for _, k := range keys {
@@ -52,6 +54,10 @@ func newKeyring(keys []Key, old *keyring, defWaiters int) *keyring {
 		ring.byName[k.Name] = p
 		if k.CertCN != "" {
 			ring.byCN[k.CertCN] = p
+			continue
+		}
+		if k.CertURI != "" {
+			ring.byURI[k.CertURI] = p
 			continue
 		}
 		e := &entry{p: p}
@@ -76,11 +82,26 @@ func (ring *keyring) byKey(key string) (*Principal, error) {
 	return e.p, nil
 }
 
-// byCert returns the principal whose cert_cn is the common name of the verified
-// client certificate, or nil. An unverified certificate counts for nothing.
-func (ring *keyring) byCert(cs *tls.ConnectionState) *Principal {
+// byCert returns the principal a verified client certificate maps to: the
+// key whose cert_cn is its common name, or whose cert_uri is one of its URI
+// subject alternative names; nil when none does, or when it maps to more than
+// one key (ambiguous is then true). An unverified certificate counts for
+// nothing.
+func (ring *keyring) byCert(cs *tls.ConnectionState) (p *Principal, ambiguous bool) {
 	if cs == nil || len(cs.VerifiedChains) == 0 || len(cs.VerifiedChains[0]) == 0 {
-		return nil
+		return nil, false
 	}
-	return ring.byCN[cs.VerifiedChains[0][0].Subject.CommonName]
+	leaf := cs.VerifiedChains[0][0]
+	found := ring.byCN[leaf.Subject.CommonName]
+	for _, u := range leaf.URIs {
+		q := ring.byURI[u.String()]
+		switch {
+		case q == nil || q == found:
+		case found == nil:
+			found = q
+		default:
+			return nil, true
+		}
+	}
+	return found, false
 }

@@ -107,7 +107,7 @@ func diffKeys(was, now []Key) (added, removed, changed []string) {
 }
 
 func sameKey(a, b Key) bool {
-	return a.SHA256 == b.SHA256 && a.CertCN == b.CertCN && a.RatePerS == b.RatePerS &&
+	return a.SHA256 == b.SHA256 && a.CertCN == b.CertCN && a.CertURI == b.CertURI && a.RatePerS == b.RatePerS &&
 		a.MaxWaiters == b.MaxWaiters && slices.EqualFunc(a.Allow, b.Allow, func(x, y Grant) bool {
 		return x.Names.String() == y.Names.String() && x.set == y.set
 	})
@@ -116,7 +116,7 @@ func sameKey(a, b Key) bool {
 // Reload reads the keys file again; call it on SIGHUP. It fails closed: a
 // file that cannot be used (unreadable, invalid, or writable by someone else:
 // see CheckFileAccess) adds and changes nothing, but every key whose sha256
-// (or cert_cn) no longer appears in the file is revoked at once,
+// (or cert_cn, cert_uri) no longer appears in the file is revoked at once,
 // so that removing a key works even in an edit that breaks the file (a file
 // that cannot be read at all revokes every key). Such a reload is logged with
 // every error's file and line and the names revoked, counts one reload error,
@@ -169,6 +169,8 @@ func (g *Guard) revokeGone() []string {
 			in = sums[k.SHA256]
 		case k.CertCN != "":
 			in = bytes.Contains(data, []byte(k.CertCN))
+		case k.CertURI != "":
+			in = bytes.Contains(data, []byte(k.CertURI))
 		}
 		if in {
 			keep = append(keep, k)

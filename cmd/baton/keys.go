@@ -57,6 +57,9 @@ func keysCmd(args []string, stdout, stderr io.Writer) int {
 		if k.CertCN != "" {
 			cred = "cert_cn " + k.CertCN
 		}
+		if k.CertURI != "" {
+			cred = "cert_uri " + k.CertURI
+		}
 		var grants []string
 		for _, g := range k.Allow {
 			grants = append(grants, g.String())
