@@ -146,6 +146,9 @@ func serve(ctx context.Context, cfg Config, log zerolog.Logger, listening func(n
 	if err := st.Ready(ctx); err != nil {
 		log.Warn().Err(err).Msg("redis is not ready yet; serving 503 until it is")
 	}
+	if cfg.RedisURL != "" {
+		go warnEviction(ctx, rdb, log)
+	}
 
 	raw, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
