@@ -1,7 +1,6 @@
 package auth
 
 import (
-	"net"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -78,28 +77,43 @@ func checkBrowser(r *http.Request) error {
 	return nil
 }
 
-// LoopbackHost reports whether host, a request's Host ("name" or "name:port"),
-// names this host by a loopback name: localhost (any case, one trailing dot
-// allowed) or a loopback address (127.0.0.0/8, [::1], and 127.0.0.0/8 mapped
-// into IPv6), with or without a port. An empty Host is not.
+// LoopbackHost reports whether host, a request's Host ("name", "name:port",
+// "[v6]" or "[v6]:port"), names this host by a loopback name: localhost (any
+// case, one trailing dot allowed) or a loopback address (127.0.0.0/8, [::1],
+// and 127.0.0.0/8 mapped into IPv6), with or without a port. An empty Host,
+// an IPv6 address without brackets and one with a zone are not.
 func LoopbackHost(host string) bool {
-	name := host
-	if h, port, err := net.SplitHostPort(host); err == nil {
-		if !validPort(port) {
+	name, port := host, ""
+	bracketed := strings.HasPrefix(host, "[")
+	if bracketed {
+		end := strings.IndexByte(host, ']')
+		if end < 0 {
 			return false
 		}
-		name = h
-	} else if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
-		name = host[1 : len(host)-1]
+		name, port = host[1:end], host[end+1:]
+		if port != "" {
+			if port[0] != ':' {
+				return false
+			}
+			port = port[1:]
+		}
+	} else if i := strings.LastIndexByte(host, ':'); i >= 0 {
+		name, port = host[:i], host[i+1:]
+		if strings.Contains(name, ":") {
+			return false
+		}
 	}
-	if strings.EqualFold(strings.TrimSuffix(name, "."), "localhost") {
+	if !validPort(port) {
+		return false
+	}
+	if !bracketed && strings.EqualFold(strings.TrimSuffix(name, "."), "localhost") {
 		return true
 	}
 	if strings.Contains(name, "%") { // a zone: "[::1%eth0]" is no Host a client means
 		return false
 	}
 	addr, err := netip.ParseAddr(name)
-	return err == nil && addr.Unmap().IsLoopback()
+	return err == nil && addr.Is6() == bracketed && addr.Unmap().IsLoopback() // brackets hold IPv6 only (RFC 3986)
 }
 
 // validPort reports whether s is empty (RFC 3986 allows "host:") or 1 to 5
