@@ -15,21 +15,21 @@ import (
 
 // Config is read once from the environment (BATON_*); tests build it directly.
 type Config struct {
-	Addr            string        `envconfig:"ADDR" default:":8080"`
-	RedisURL        string        `envconfig:"REDIS_URL"`
-	KeyPrefix       string        `envconfig:"KEY_PREFIX" default:"baton"`
-	DefaultTTL      time.Duration `envconfig:"DEFAULT_TTL" default:"30s"`
-	MinTTL          time.Duration `envconfig:"MIN_TTL" default:"100ms"`
-	MaxTTL          time.Duration `envconfig:"MAX_TTL" default:"24h"`
-	MaxWait         time.Duration `envconfig:"MAX_WAIT" default:"60s"`
-	TicketTTL       time.Duration `envconfig:"TICKET_TTL" default:"10s"`
-	MaxWaiters      int           `envconfig:"MAX_WAITERS" default:"50000"`
+	Addr       string        `envconfig:"ADDR" default:":8080"`
+	RedisURL   string        `envconfig:"REDIS_URL"`
+	KeyPrefix  string        `envconfig:"KEY_PREFIX" default:"baton"`
+	DefaultTTL time.Duration `envconfig:"DEFAULT_TTL" default:"30s"`
+	MinTTL     time.Duration `envconfig:"MIN_TTL" default:"100ms"`
+	MaxTTL     time.Duration `envconfig:"MAX_TTL" default:"24h"`
+	MaxWait    time.Duration `envconfig:"MAX_WAIT" default:"60s"`
+	TicketTTL  time.Duration `envconfig:"TICKET_TTL" default:"10s"`
+	MaxWaiters int           `envconfig:"MAX_WAITERS" default:"50000"`
 	// KeyMaxWaiters is the max_waiters of a key that sets none; 0: a quarter
 	// of MaxWaiters (keyMaxWaiters).
 	KeyMaxWaiters int `envconfig:"KEY_MAX_WAITERS"`
 	// MaxConns bounds the client connections open at once; 0: three quarters
 	// of the open-file limit (maxConns).
-	MaxConns int `envconfig:"MAX_CONNS"`
+	MaxConns        int           `envconfig:"MAX_CONNS"`
 	LogLevel        string        `envconfig:"LOG_LEVEL" default:"info"`
 	LogFormat       string        `envconfig:"LOG_FORMAT" default:"json"`
 	ShutdownDelay   time.Duration `envconfig:"SHUTDOWN_DELAY" default:"1s"`
