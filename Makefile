@@ -98,8 +98,11 @@ chaos-quick: deps tools-test
 
 # Native Go fuzzing, each target for FUZZTIME, one after another: handlers/
 # (fuzz*_test.go) fuzzes request decoding and validation, lock names and the
-# whole router (with its Authorization header) over a real redis-server; auth/
-# (fuzz_test.go) fuzzes the Authorization header's parser and the keys file's.
+# whole router (with its Authorization header in keys mode; with its Host,
+# Origin, Sec-Fetch-Site, proxy headers and Content-Type in protected mode)
+# over a real redis-server; auth/ (fuzz_test.go) fuzzes the Authorization
+# header's parser, the keys file's, and protected mode's rules against a
+# second reading of them.
 # fuzz-quick: 10s each. The committed corpora (<package>/testdata/fuzz) also
 # run, as ordinary tests, in make test. Each of FUZZPARALLEL workers of a
 # handlers target starts its own redis-server. New inputs are minimized for at
@@ -108,7 +111,7 @@ chaos-quick: deps tools-test
 FUZZTIME     ?= 30s
 FUZZPARALLEL ?= 1
 FUZZTARGETS  := handlers:FuzzAcquireBody handlers:FuzzRenewBody handlers:FuzzLockName handlers:FuzzRouter \
-	auth:FuzzBearer auth:FuzzParseKeys
+	handlers:FuzzProtectedRouter auth:FuzzBearer auth:FuzzParseKeys auth:FuzzProtectedMode
 .PHONY: fuzz fuzz-quick
 
 fuzz: deps tools-test

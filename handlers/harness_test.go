@@ -127,6 +127,8 @@ type envOptions struct {
 	Limits     handlers.Limits
 	TicketTTL  time.Duration
 	MaxWaiters int
+	// KeyMaxWaiters is the max_waiters of keys that set none (keys mode).
+	KeyMaxWaiters int
 	// Keys, when set, is a keys file (YAML): the server runs in keys mode.
 	Keys             string
 	Protected        bool // protected mode: loopback peers only
@@ -175,7 +177,8 @@ func newEnv(t *testing.T, o envOptions) *env {
 		if err := os.WriteFile(keysFile, []byte(o.Keys), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if guard, err = auth.NewGuard(auth.Config{File: keysFile, Logger: log, ReloadErrors: m.AuthReloadErrors}); err != nil {
+		if guard, err = auth.NewGuard(auth.Config{File: keysFile, Logger: log, ReloadErrors: m.AuthReloadErrors,
+			KeyMaxWaiters: o.KeyMaxWaiters}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -230,7 +233,8 @@ func (r *resp) Str(k string) string { s, _ := r.Body[k].(string); return s }
 func (r *resp) Int(k string) int64  { f, _ := r.Body[k].(json.Number); n, _ := f.Int64(); return n }
 func (r *resp) Bool(k string) bool  { b, _ := r.Body[k].(bool); return b }
 
-// req is a request to send; Body is marshalled to JSON unless it is a string or []byte.
+// req is a request to send; Body is marshalled to JSON unless it is a string or
+// []byte. A Header of "" removes that header; "Host" sets the request's Host.
 type req struct {
 	Method  string
 	Path    string
@@ -278,9 +282,12 @@ func (e *env) try(r req) (*resp, error) {
 		hr.Header.Set("Content-Type", "application/json")
 	}
 	for k, v := range r.Header {
-		if v == "" {
+		switch {
+		case http.CanonicalHeaderKey(k) == "Host": // Go sends hr.Host, never a Host header
+			hr.Host = v
+		case v == "":
 			hr.Header.Del(k)
-		} else {
+		default:
 			hr.Header.Set(k, v)
 		}
 	}

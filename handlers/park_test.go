@@ -218,7 +218,7 @@ func TestUnreadBodyDoesNotPark(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	h := e.acquire("ub", map[string]any{"ttl_ms": 30000})
 	c := e.dial(20 * time.Second)
-	c.write("GET /v1/locks/ub?wait_ms=10000 HTTP/1.1\r\nHost: baton\r\nContent-Length: 5\r\n\r\nhello")
+	c.write("GET /v1/locks/ub?wait_ms=10000 HTTP/1.1\r\nHost: baton\r\nContent-Type: application/json\r\nContent-Length: 5\r\n\r\nhello")
 	e.awaitWaiters(1)
 	if n := e.Lot.Held(); n != 0 {
 		t.Errorf("lot holds %d connections: a request with an unread body parked", n)

@@ -191,10 +191,10 @@ type browser struct {
 }
 
 // newBrowser starts Debian's chromium with the flags this closed network needs
-// (no background networking, no QUIC, no component updates or sync) and a
-// fresh profile. A missing or broken chromium fails the test: make tools-test
-// installs it.
-func newBrowser(t *testing.T) *browser {
+// (no background networking, no QUIC, no component updates or sync), a fresh
+// profile, and the extra options given. A missing or broken chromium fails the
+// test: make tools-test installs it.
+func newBrowser(t *testing.T, extra ...chromedp.ExecAllocatorOption) *browser {
 	t.Helper()
 	path, err := exec.LookPath("chromium")
 	if err != nil {
@@ -215,6 +215,7 @@ func newBrowser(t *testing.T) *browser {
 		chromedp.WindowSize(1280, 800),
 		chromedp.CombinedOutput(&out),
 	}
+	opts = append(opts, extra...)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(actx)
 	ctx, cancelTimeout := context.WithTimeout(ctx, 3*time.Minute)
