@@ -81,7 +81,10 @@ func TestParkedAcquireAnswerLogKeepAliveHangUp(t *testing.T) {
 			got.Header.Get("Location") != got.Str("url") || got.Close {
 			t.Errorf("parked answer's header %v close=%v", got.Header, got.Close)
 		}
+		// The request is counted, then logged, once its answer is written: the
+		// client may read the answer before either.
 		pollUntil(t, 10*time.Second, "the answer counted", func() bool { return testutil.ToFloat64(counted) == before+1 })
+		pollUntil(t, 10*time.Second, "the answer logged", func() bool { return len(e.accessLines("park-req-1")) > 0 })
 		lines := e.accessLines("park-req-1")
 		if len(lines) != 1 || lines[0]["status"] != 201.0 || lines[0]["route"] != "/v1/locks/{name}" ||
 			lines[0]["method"] != "POST" || lines[0]["principal"] != auth.AnyoneName || lines[0]["bytes"] != float64(len(got.Raw)) {
