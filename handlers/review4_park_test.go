@@ -53,12 +53,17 @@ func TestReview4MaxWaitersSlotBackAfterHangUp(t *testing.T) {
 		wantStatus(t, h, http.StatusCreated, "")
 		for i := 0; i < 3; i++ {
 			c := e.dial(20 * time.Second)
-			c.write("GET /v1/locks/narrow:a?wait_ms=10000 HTTP/1.1\r\nHost: baton\r\nAuthorization: Bearer " + k.narrow + "\r\n\r\n")
+			id := "slot-" + itoa(i)
+			c.write("GET /v1/locks/narrow:a?wait_ms=10000 HTTP/1.1\r\nHost: baton\r\nX-Request-Id: " + id +
+				"\r\nAuthorization: Bearer " + k.narrow + "\r\n\r\n")
 			e.awaitWaiters(1)
 			e.awaitHeld(1)
 			_ = c.c.Close()
 			e.awaitWaiters(0)
 			e.awaitHeld(0)
+			// The store's wait ends before the handler gives the key's slot
+			// back; the request is logged after it has.
+			pollUntil(t, 10*time.Second, "the hung-up watch logged", func() bool { return len(e.accessLines(id)) > 0 })
 		}
 		r := e.do(req{Method: "GET", Path: "/v1/locks/narrow:a?wait_ms=200", Header: bearer(k.narrow)})
 		wantStatus(t, r, http.StatusOK, "")
