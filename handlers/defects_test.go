@@ -132,40 +132,43 @@ func TestSlowRedisLeavesNoHold(t *testing.T) {
 // someone takes the lock before any poke announced it free.
 func TestWatchSeesChangeOfHandsByExpiry(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	a := e.acquire("hands", map[string]any{"ttl_ms": 600, "owner": "A"})
+	// A's lease outlives setting the watch up; B's, and the watch's wait, are
+	// far longer than promptly, so a watch that slept through B's hold fails.
+	a := e.acquire("hands", map[string]any{"ttl_ms": 2000, "owner": "A"})
 	end := parseStamp(t, a.Str("expires_at"))
-	watch := e.send(req{Method: "GET", Path: "/v1/locks/hands?wait_ms=8000"})
+	watch := e.send(req{Method: "GET", Path: "/v1/locks/hands?wait_ms=30000"})
 	e.awaitWaiters(1)
 	e.awaitSubscribers("hands", 1)
 	// The lease ends early, as by expiry (nothing published), and B takes the
-	// lock at once, for 3 s: only the watch's own timer at A's lease end can see it.
+	// lock at once, for 20 s: only the watch's own timer at A's lease end can see it.
 	if err := e.Redis.Del(context.Background(), e.lockKey("hands")).Err(); err != nil {
 		t.Fatal(err)
 	}
-	b := e.acquire("hands", map[string]any{"ttl_ms": 3000, "owner": "B"})
-	got := awaitAnswer(t, watch, 10*time.Second)
+	b := e.acquire("hands", map[string]any{"ttl_ms": 20000, "owner": "B"})
+	got := awaitAnswer(t, watch, 40*time.Second)
 	wantStatus(t, got.r, http.StatusOK, "")
 	if got.r.Str("owner") != "B" || got.r.Int("fence") != b.Int("fence") {
 		t.Fatalf("watch answered %s, want B's hold", got.r.Raw)
 	}
-	if late := got.at.Sub(end); late > 300*time.Millisecond {
+	if late := got.at.Sub(end); late > promptly {
 		t.Errorf("the watch returned %v after A's lease end, want at once (it slept through B's hold)", late)
 	}
 
 	// The same with a real expiry: B takes the lock as soon as A's lease runs out.
-	a = e.acquire("hands2", map[string]any{"ttl_ms": 400, "owner": "A"})
-	watch = e.send(req{Method: "GET", Path: "/v1/locks/hands2?wait_ms=8000"})
+	a = e.acquire("hands2", map[string]any{"ttl_ms": 2000, "owner": "A"})
+	watch = e.send(req{Method: "GET", Path: "/v1/locks/hands2?wait_ms=30000"})
+	e.awaitWaiters(1)
 	e.awaitSubscribers("hands2", 1)
 	var took *resp
-	pollUntil(t, 5*time.Second, "B takes the lock", func() bool {
-		r := e.do(req{Method: "POST", Path: "/v1/locks/hands2", Body: map[string]any{"ttl_ms": 3000, "owner": "B"}})
+	pollUntil(t, 10*time.Second, "B takes the lock", func() bool {
+		r := e.do(req{Method: "POST", Path: "/v1/locks/hands2", Body: map[string]any{"ttl_ms": 20000, "owner": "B"}})
 		if r.Status == http.StatusCreated {
 			took = r
 		}
 		return took != nil
 	})
-	got = awaitAnswer(t, watch, 10*time.Second)
-	if lag := got.at.Sub(parseStamp(t, took.Str("acquired_at"))); lag > 300*time.Millisecond {
+	got = awaitAnswer(t, watch, 40*time.Second)
+	if lag := got.at.Sub(parseStamp(t, took.Str("acquired_at"))); lag > promptly {
 		t.Errorf("the watch returned %v after B took the lock, want at once", lag)
 	}
 }
