@@ -125,7 +125,7 @@ func TestReleaseWakesOneWaiter(t *testing.T) {
 	const n = 10
 	srv := redistest.Start(t)
 	e := newEnv(t, envOptions{Redis: srv})
-	wantStatus(t, e.do(req{Method: "GET", Path: "/readyz"}), http.StatusOK, "") // scripts loaded: no NOSCRIPT round trips
+	e.awaitReady() // scripts loaded: no NOSCRIPT round trips
 	base := scriptCalls(t, e)
 
 	h := e.acquire("herd", map[string]any{"ttl_ms": 30000})

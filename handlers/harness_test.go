@@ -431,6 +431,17 @@ func sameKeys(before, after map[string]string) bool {
 	return true
 }
 
+// awaitReady asks /readyz until it answers 200, which also loads the scripts.
+// The first ask after a start can outlast the store's read timeout on a
+// loaded machine (503), which is no fault of what a test checks next.
+func (e *env) awaitReady() {
+	e.t.Helper()
+	pollUntil(e.t, 30*time.Second, "/readyz 200", func() bool {
+		r, err := e.try(req{Method: "GET", Path: "/readyz"})
+		return err == nil && r.Status == http.StatusOK
+	})
+}
+
 // acquire takes a lock that must be free and returns the lease response.
 func (e *env) acquire(name string, body map[string]any) *resp {
 	e.t.Helper()

@@ -160,7 +160,7 @@ func TestReview2SessionDeleteNotRetryable(t *testing.T) {
 	srv := redistest.Start(t)
 	px := startDelayProxy(t, srv.Addr())
 	e := newEnv(t, envOptions{Redis: srv, RedisURL: px.URL()})
-	wantStatus(t, e.do(req{Method: "GET", Path: "/readyz"}), http.StatusOK, "") // scripts loaded: EVALSHA, no EVAL
+	e.awaitReady() // scripts loaded: EVALSHA, no EVAL
 	s := e.newSession(map[string]any{"ttl_ms": 600000}, nil)
 	for _, n := range []string{"dr1", "dr2"} {
 		wantStatus(t, e.do(req{Method: "POST", Path: "/v1/locks/" + n, Body: map[string]any{"session": s.Str("session")}}), http.StatusCreated, "")

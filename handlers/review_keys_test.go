@@ -100,7 +100,7 @@ func TestReviewLateAcquireOutlivesTombstone(t *testing.T) {
 	srv := redistest.Start(t)
 	px := startDelayProxy(t, srv.Addr())
 	e := newEnv(t, envOptions{Redis: srv, RedisURL: px.URL()})
-	wantStatus(t, e.do(req{Method: "GET", Path: "/readyz"}), http.StatusOK, "") // scripts loaded: EVALSHA, no EVAL
+	e.awaitReady() // scripts loaded: EVALSHA, no EVAL
 
 	sum := sha1.Sum([]byte(lua.Compose(lua.Acquire, lua.Defaults)))
 	px.arm([]byte(hex.EncodeToString(sum[:])))

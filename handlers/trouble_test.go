@@ -389,7 +389,7 @@ func TestBrokenConnectionNoBlindRetry(t *testing.T) {
 	}
 	px := startProxy(t, sharedRedis.Addr())
 	e := newEnv(t, envOptions{RedisURL: px.URL()})
-	wantStatus(t, e.do(req{Method: "GET", Path: "/readyz"}), http.StatusOK, "") // scripts loaded: no NOSCRIPT to confuse the cut
+	e.awaitReady() // scripts loaded: no NOSCRIPT to confuse the cut
 	ctx := context.Background()
 	for i, tt := range tests {
 		t.Run(tt.give, func(t *testing.T) {
