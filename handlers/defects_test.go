@@ -131,14 +131,15 @@ func TestSlowRedisLeavesNoHold(t *testing.T) {
 // A watch returns when the lock changes hands by expiry: the lease runs out and
 // someone takes the lock before any poke announced it free.
 func TestWatchSeesChangeOfHandsByExpiry(t *testing.T) {
-	e := newEnv(t, envOptions{})
+	e := reviewEnv(t, envOptions{}) // a Redis of its own: its script calls are the watch's
 	// A's lease outlives setting the watch up; B's, and the watch's wait, are
 	// far longer than promptly, so a watch that slept through B's hold fails.
-	a := e.acquire("hands", map[string]any{"ttl_ms": 2000, "owner": "A"})
+	a := e.acquire("hands", map[string]any{"ttl_ms": 4000, "owner": "A"})
 	end := parseStamp(t, a.Str("expires_at"))
+	base := scriptCalls(t, e)
 	watch := e.send(req{Method: "GET", Path: "/v1/locks/hands?wait_ms=30000"})
 	e.awaitWaiters(1)
-	e.awaitSubscribers("hands", 1)
+	e.awaitCalls(base + 2) // its first look, then its look once subscribed: it watches A's hold
 	// The lease ends early, as by expiry (nothing published), and B takes the
 	// lock at once, for 20 s: only the watch's own timer at A's lease end can see it.
 	if err := e.Redis.Del(context.Background(), e.lockKey("hands")).Err(); err != nil {
@@ -156,9 +157,10 @@ func TestWatchSeesChangeOfHandsByExpiry(t *testing.T) {
 
 	// The same with a real expiry: B takes the lock as soon as A's lease runs out.
 	a = e.acquire("hands2", map[string]any{"ttl_ms": 2000, "owner": "A"})
+	base = scriptCalls(t, e)
 	watch = e.send(req{Method: "GET", Path: "/v1/locks/hands2?wait_ms=30000"})
 	e.awaitWaiters(1)
-	e.awaitSubscribers("hands2", 1)
+	e.awaitCalls(base + 2)
 	var took *resp
 	pollUntil(t, 10*time.Second, "B takes the lock", func() bool {
 		r := e.do(req{Method: "POST", Path: "/v1/locks/hands2", Body: map[string]any{"ttl_ms": 20000, "owner": "B"}})
