@@ -132,6 +132,7 @@ func TestSlowRedisLeavesNoHold(t *testing.T) {
 // someone takes the lock before any poke announced it free.
 func TestWatchSeesChangeOfHandsByExpiry(t *testing.T) {
 	e := reviewEnv(t, envOptions{}) // a Redis of its own: its script calls are the watch's
+	e.awaitReady()                  // scripts loaded: one EVALSHA a call, no NOSCRIPT and EVAL
 	// A's lease outlives setting the watch up; B's, and the watch's wait, are
 	// far longer than promptly, so a watch that slept through B's hold fails.
 	a := e.acquire("hands", map[string]any{"ttl_ms": 4000, "owner": "A"})
