@@ -82,7 +82,10 @@ bench-quick: deps tools-bench
 # its own redis-server and two Baton processes on free loopback ports, injects its
 # fault while 32+ clients work (some hang up mid-request) and watchers wait, and
 # checks every history (porcupine), fenced write, hold no client was told of
-# (orphans), watch's lag and key left in Redis. chaos-quick: <= 8 min (about 6);
+# (orphans; none may live past the settle window, -settle-window), lost answer
+# a keyed retry must settle, watch's lag and key left in Redis. call-faults
+# faults single script calls (late copies, lost replies, stalls) through a
+# proxy that reads the Redis protocol: go run ./chaos -only call-faults. chaos-quick: <= 8 min (about 6);
 # chaos: <= 20 min (about 18), on a 2-CPU machine. Exit 1 on any violation, stale
 # write accepted or orphan hold.
 .PHONY: chaos chaos-quick
@@ -95,8 +98,11 @@ chaos-quick: deps tools-test
 
 # Native Go fuzzing, each target for FUZZTIME, one after another: handlers/
 # (fuzz*_test.go) fuzzes request decoding and validation, lock names and the
-# whole router (with its Authorization header) over a real redis-server; auth/
-# (fuzz_test.go) fuzzes the Authorization header's parser and the keys file's.
+# whole router (with its Authorization header in keys mode; with its Host,
+# Origin, Sec-Fetch-Site, proxy headers and Content-Type in protected mode)
+# over a real redis-server; auth/ (fuzz_test.go) fuzzes the Authorization
+# header's parser, the keys file's, and protected mode's rules against a
+# second reading of them.
 # fuzz-quick: 10s each. The committed corpora (<package>/testdata/fuzz) also
 # run, as ordinary tests, in make test. Each of FUZZPARALLEL workers of a
 # handlers target starts its own redis-server. New inputs are minimized for at
@@ -105,7 +111,7 @@ chaos-quick: deps tools-test
 FUZZTIME     ?= 30s
 FUZZPARALLEL ?= 1
 FUZZTARGETS  := handlers:FuzzAcquireBody handlers:FuzzRenewBody handlers:FuzzLockName handlers:FuzzRouter \
-	auth:FuzzBearer auth:FuzzParseKeys
+	handlers:FuzzProtectedRouter auth:FuzzBearer auth:FuzzParseKeys auth:FuzzProtectedMode
 .PHONY: fuzz fuzz-quick
 
 fuzz: deps tools-test

@@ -10,6 +10,9 @@ var (
 	errEmptyKey    = &AuthError{Reason: "the Bearer key is empty"}
 	errKeyFormat   = &AuthError{Reason: "a key is 32 to 256 visible ASCII characters"}
 	errUnknownKey  = &AuthError{Reason: "the key is not valid"}
+	// A certificate whose CN is one key's cert_cn and a URI another's
+	// cert_uri: the keys file must say who it is.
+	errCertAmbiguous = &AuthError{Reason: "the client certificate matches more than one key (cert_cn and cert_uri of different keys): send Authorization: Bearer <key>, or fix the keys file"}
 )
 
 // bearerToken returns the key of an Authorization header, given all its values.

@@ -52,7 +52,7 @@ func Example() {
 	}
 	h := guard("reports", true, http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	for _, peer := range []string{"127.0.0.1:50000", "192.0.2.7:50000"} {
-		r := httptest.NewRequest(http.MethodPost, "/v1/locks/reports", nil)
+		r := httptest.NewRequest(http.MethodPost, "http://localhost:8080/v1/locks/reports", nil)
 		r.RemoteAddr = peer
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)

@@ -42,18 +42,24 @@ type Config struct {
 	Auth         string         // BATON_AUTH: "off", or empty
 	Logger       zerolog.Logger // reloads, their errors, and the start warnings
 	ReloadErrors Counter        // counts failed reloads; may be nil
+	// KeyMaxWaiters is the max_waiters of a key that sets none
+	// (BATON_KEY_MAX_WAITERS), so that no key can take every long-poll a
+	// process allows (BATON_MAX_WAITERS) from the others; 0: no limit.
+	KeyMaxWaiters int
 }
 
 // Guard authenticates requests in one of the three modes. It is safe for
 // concurrent use; Reload swaps its keys atomically.
 type Guard struct {
-	mode    Mode
-	file    string
-	log     zerolog.Logger
-	errs    Counter
-	ring    atomic.Pointer[keyring]
-	mu      sync.Mutex // serialises reloads
-	lastSig fileSig    // the file as the last reload found it; under mu
+	mode       Mode
+	file       string
+	keyWaiters int // Config.KeyMaxWaiters
+	log        zerolog.Logger
+	errs       Counter
+	ring       atomic.Pointer[keyring]
+	mu         sync.Mutex // serialises reloads
+	lastSig    fileSig    // the file as the last reload found it; under mu
+	pending    *fileSig   // a change Watch saw, loaded if the next look sees it too; under mu
 }
 
 // NewGuard returns a Guard for c, having read the keys file when there is one,
@@ -62,7 +68,7 @@ type Guard struct {
 // the keys file's errors (as ReadKeys) when it cannot be used: at start a bad
 // file is fatal.
 func NewGuard(c Config) (*Guard, error) {
-	g := &Guard{file: c.File, log: c.Logger, errs: c.ReloadErrors}
+	g := &Guard{file: c.File, log: c.Logger, errs: c.ReloadErrors, keyWaiters: max(0, c.KeyMaxWaiters)}
 	switch {
 	case c.Auth != "" && c.Auth != "off":
 		return nil, fmt.Errorf("BATON_AUTH=%q: the only value is off (leave it unset to use BATON_AUTH_FILE or protected mode)", c.Auth)
@@ -74,7 +80,8 @@ func NewGuard(c Config) (*Guard, error) {
 		return g, nil
 	case c.File == "":
 		g.mode = ModeProtected
-		g.log.Warn().Str("auth", "protected").Msg("protected mode: only loopback clients are served (the TCP peer address; X-Forwarded-For is not trusted). Set BATON_AUTH_FILE to a keys file to serve others")
+		g.log.Warn().Str("auth", "protected").Msg("protected mode: only programs on this host are served (a loopback TCP peer and Host, " +
+			"nothing a proxy adds, no web page of another origin). Set BATON_AUTH_FILE to a keys file to serve others")
 		return g, nil
 	}
 	g.mode = ModeKeys
@@ -90,27 +97,44 @@ func NewGuard(c Config) (*Guard, error) {
 func (g *Guard) Mode() Mode { return g.mode }
 
 // Authenticate returns the principal a request acts for. In off mode that is
-// Anyone(); in protected mode Loopback() when the TCP peer (r.RemoteAddr, never
-// X-Forwarded-For) is a loopback address, and ErrNotLoopback otherwise. In keys
+// Anyone(). In protected mode it is Loopback() when the TCP peer (r.RemoteAddr,
+// never X-Forwarded-For) is a loopback address (else ErrNotLoopback), the
+// request carries no header a proxy adds (Forwarded, X-Forwarded-For,
+// X-Forwarded-Host, X-Real-IP, Via), its Host is a loopback name
+// ([LoopbackHost]), and no browser sent it for a page of another origin (an
+// Origin other than the server's own, or Sec-Fetch-Site: cross-site). In keys
 // mode it is the key of the Authorization: Bearer header when the request has
-// one, and otherwise the key whose cert_cn is the common name of the request's
-// verified client certificate. Every failure is an *AuthError matching
-// ErrUnauthorized whose message is safe to show; an unknown key and a removed
-// one get the same answer, found in the same time.
+// one, and otherwise the key its verified client certificate maps to (cert_cn
+// or cert_uri), unless a browser sent it for a page of another origin. Every
+// failure is an *AuthError matching ErrUnauthorized whose message is safe to
+// show; an unknown key and a removed one get the same answer, found in the
+// same time.
 func (g *Guard) Authenticate(r *http.Request) (*Principal, error) {
 	switch g.mode {
 	case ModeOff:
 		return anyone, nil
 	case ModeProtected:
-		if IsLoopback(r.RemoteAddr) {
-			return loopback, nil
+		if !IsLoopback(r.RemoteAddr) {
+			return nil, ErrNotLoopback
 		}
-		return nil, ErrNotLoopback
+		if err := checkProtected(r); err != nil {
+			return nil, err
+		}
+		return loopback, nil
 	}
 	ring := g.ring.Load()
 	vals := r.Header.Values("Authorization")
 	if len(vals) == 0 {
-		if p := ring.byCert(r.TLS); p != nil {
+		p, ambiguous := ring.byCert(r.TLS)
+		if ambiguous {
+			return nil, errCertAmbiguous
+		}
+		if p != nil {
+			// A browser presents its client certificate to any page's
+			// request: that is ambient authority, like a cookie.
+			if err := checkBrowser(r); err != nil {
+				return nil, err
+			}
 			return p, nil
 		}
 		return nil, errNoKey

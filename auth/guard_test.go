@@ -175,8 +175,11 @@ func TestAuthenticateProtected(t *testing.T) {
 	}
 	for _, tt := range tests {
 		r := request(tt.give)
-		r.Header.Set("X-Forwarded-For", "127.0.0.1")
-		r.Header.Set("X-Real-Ip", "127.0.0.1")
+		r.Host = "localhost:8080"
+		if !tt.want { // never trusted: a proxy's word does not make a peer loopback
+			r.Header.Set("X-Forwarded-For", "127.0.0.1")
+			r.Header.Set("X-Real-Ip", "127.0.0.1")
+		}
 		p, err := g.Authenticate(r)
 		if tt.want && (err != nil || p != Loopback()) {
 			t.Errorf("Authenticate(from %q) = %v, %v; want the loopback principal", tt.give, p, err)
@@ -187,6 +190,84 @@ func TestAuthenticateProtected(t *testing.T) {
 	}
 	if !strings.Contains(ErrNotLoopback.Error(), "BATON_AUTH_FILE") || !strings.Contains(ErrNotLoopback.Error(), "BATON_AUTH=off") {
 		t.Errorf("ErrNotLoopback does not say how to configure access: %q", ErrNotLoopback)
+	}
+}
+
+// Protected mode serves a loopback peer only when the request is what a
+// program on this host sends: a loopback Host (not a name a DNS-rebinding page
+// uses), no header a proxy or sidecar adds, and no Origin or Sec-Fetch-Site of
+// a web page elsewhere. Each refusal says what to do instead.
+func TestProtectedModeServesOnlyLocalPrograms(t *testing.T) {
+	g, err := NewGuard(Config{Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		host    string
+		headers map[string]string
+		tls     bool
+		want    string // "" to be served, else part of the refusal
+	}{
+		{name: "localhost", host: "localhost:8080"},
+		{name: "localhost without port", host: "localhost"},
+		{name: "LOCALHOST, fully qualified", host: "LOCALHOST.:8080"},
+		{name: "127.0.0.1", host: "127.0.0.1:18092"},
+		{name: "127.0.0.1 without port", host: "127.0.0.1"},
+		{name: "another loopback address", host: "127.1.2.3:80"},
+		{name: "IPv6 loopback", host: "[::1]:8080"},
+		{name: "IPv6 loopback without port", host: "[::1]"},
+		{name: "mapped IPv4 loopback", host: "[::ffff:127.0.0.1]:8080"},
+		{name: "DNS rebinding", host: "rebind.attacker.example:18092", want: "Host must be localhost"},
+		{name: "rebinding without port", host: "rebind.attacker.example", want: "Host must be localhost"},
+		{name: "a subdomain of localhost", host: "evil.localhost:8080", want: "Host must be localhost"},
+		{name: "a name that starts like localhost", host: "localhost.attacker.example", want: "Host must be localhost"},
+		{name: "any address", host: "0.0.0.0:8080", want: "Host must be localhost"},
+		{name: "a LAN address", host: "192.168.1.5:8080", want: "Host must be localhost"},
+		{name: "a zone", host: "[::1%25lo]:8080", want: "Host must be localhost"},
+		{name: "a bad port", host: "localhost:80x", want: "Host must be localhost"},
+		{name: "IPv6 without brackets", host: "::1", want: "Host must be localhost"},
+		{name: "IPv4 in brackets", host: "[127.0.0.1]:8080", want: "Host must be localhost"},
+		{name: "localhost in brackets", host: "[localhost]", want: "Host must be localhost"},
+		{name: "no Host", host: "", want: "Host must be localhost"},
+		{name: "the dashboard's own origin", host: "127.0.0.1:8080", headers: map[string]string{"Origin": "http://127.0.0.1:8080", "Sec-Fetch-Site": "same-origin"}},
+		{name: "own origin over TLS", host: "localhost:8443", tls: true, headers: map[string]string{"Origin": "https://localhost:8443"}},
+		{name: "a page on another port", host: "127.0.0.1:8080", headers: map[string]string{"Origin": "http://127.0.0.1:3000"}, want: "another origin"},
+		{name: "a page elsewhere", host: "127.0.0.1:8080", headers: map[string]string{"Origin": "https://attacker.example"}, want: "another origin"},
+		{name: "the http origin over TLS", host: "localhost:8443", tls: true, headers: map[string]string{"Origin": "http://localhost:8443"}, want: "another origin"},
+		{name: "an opaque origin", host: "127.0.0.1:8080", headers: map[string]string{"Origin": "null"}, want: "another origin"},
+		{name: "an empty origin", host: "127.0.0.1:8080", headers: map[string]string{"Origin": ""}, want: "another origin"},
+		{name: "cross-site without Origin", host: "127.0.0.1:8080", headers: map[string]string{"Sec-Fetch-Site": "cross-site"}, want: "another origin"},
+		{name: "cross-site with own origin", host: "127.0.0.1:8080", headers: map[string]string{"Origin": "http://127.0.0.1:8080", "Sec-Fetch-Site": "Cross-Site"}, want: "another origin"},
+		{name: "same-site navigation", host: "127.0.0.1:8080", headers: map[string]string{"Sec-Fetch-Site": "same-site"}},
+		{name: "X-Forwarded-For", host: "127.0.0.1:8080", headers: map[string]string{"X-Forwarded-For": "203.0.113.7"}, want: "came through a proxy"},
+		{name: "X-Forwarded-For naming loopback", host: "127.0.0.1:8080", headers: map[string]string{"X-Forwarded-For": "127.0.0.1"}, want: "came through a proxy"},
+		{name: "Forwarded", host: "127.0.0.1:8080", headers: map[string]string{"Forwarded": "for=203.0.113.7"}, want: "came through a proxy"},
+		{name: "Via", host: "127.0.0.1:8080", headers: map[string]string{"Via": "1.1 envoy"}, want: "came through a proxy"},
+		{name: "X-Real-IP", host: "127.0.0.1:8080", headers: map[string]string{"X-Real-IP": "203.0.113.7"}, want: "came through a proxy"},
+		{name: "X-Forwarded-Host", host: "127.0.0.1:8080", headers: map[string]string{"X-Forwarded-Host": "baton.example"}, want: "came through a proxy"},
+		{name: "an empty X-Forwarded-For", host: "127.0.0.1:8080", headers: map[string]string{"X-Forwarded-For": ""}, want: "came through a proxy"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := request("127.0.0.1:40000")
+			r.Host = tt.host
+			for k, v := range tt.headers {
+				r.Header.Set(k, v)
+			}
+			if tt.tls {
+				r.TLS = &tls.ConnectionState{}
+			}
+			p, err := g.Authenticate(r)
+			switch {
+			case tt.want == "" && (err != nil || p != Loopback()):
+				t.Errorf("Authenticate = %v, %v; want the loopback principal", p, err)
+			case tt.want != "" && (err == nil || !errors.Is(err, ErrUnauthorized) || !strings.Contains(err.Error(), tt.want)):
+				t.Errorf("Authenticate = %v, %v; want a 401 saying %q", p, err, tt.want)
+			case tt.want != "" && tt.want != "another origin" && !strings.Contains(err.Error(), "BATON_AUTH_FILE"):
+				t.Errorf("the refusal does not say how to serve such clients: %v", err)
+			}
+		})
 	}
 }
 

@@ -10,8 +10,10 @@ import (
 // keyring is one version of the keys file, ready for lookups. A reload builds a
 // new one and swaps it in whole.
 type keyring struct {
+	keys   []Key // as the file gave them
 	byHash map[[sha256.Size]byte]*entry
 	byCN   map[string]*Principal
+	byURI  map[string]*Principal
 	byName map[string]*Principal
 }
 
@@ -26,11 +28,14 @@ type entry struct {
 var decoy = &entry{}
 
 // newKeyring builds the lookups for keys, carrying over the runtime state of
-// every name old (nil at start) also has.
-func newKeyring(keys []Key, old *keyring) *keyring {
+// every name old (nil at start) also has. A key without max_waiters gets
+// defWaiters (0: none).
+func newKeyring(keys []Key, old *keyring, defWaiters int) *keyring {
 	ring := &keyring{
+		keys:   keys,
 		byHash: make(map[[sha256.Size]byte]*entry, len(keys)),
 		byCN:   make(map[string]*Principal),
+		byURI:  make(map[string]*Principal),
 		byName: make(map[string]*Principal, len(keys)),
 	}
 	for _, k := range keys {
@@ -40,10 +45,19 @@ func newKeyring(keys []Key, old *keyring) *keyring {
 				rt = prev.rt
 			}
 		}
+		byDefault := k.MaxWaiters == 0 && defWaiters > 0
+		if byDefault {
+			k.MaxWaiters = defWaiters
+		}
 		p := newPrincipal(k, rt)
+		p.waitersByDefault = byDefault
 		ring.byName[k.Name] = p
 		if k.CertCN != "" {
 			ring.byCN[k.CertCN] = p
+			continue
+		}
+		if k.CertURI != "" {
+			ring.byURI[k.CertURI] = p
 			continue
 		}
 		e := &entry{p: p}
@@ -68,11 +82,26 @@ func (ring *keyring) byKey(key string) (*Principal, error) {
 	return e.p, nil
 }
 
-// byCert returns the principal whose cert_cn is the common name of the verified
-// client certificate, or nil. An unverified certificate counts for nothing.
-func (ring *keyring) byCert(cs *tls.ConnectionState) *Principal {
+// byCert returns the principal a verified client certificate maps to: the
+// key whose cert_cn is its common name, or whose cert_uri is one of its URI
+// subject alternative names; nil when none does, or when it maps to more than
+// one key (ambiguous is then true). An unverified certificate counts for
+// nothing.
+func (ring *keyring) byCert(cs *tls.ConnectionState) (p *Principal, ambiguous bool) {
 	if cs == nil || len(cs.VerifiedChains) == 0 || len(cs.VerifiedChains[0]) == 0 {
-		return nil
+		return nil, false
 	}
-	return ring.byCN[cs.VerifiedChains[0][0].Subject.CommonName]
+	leaf := cs.VerifiedChains[0][0]
+	found := ring.byCN[leaf.Subject.CommonName]
+	for _, u := range leaf.URIs {
+		q := ring.byURI[u.String()]
+		switch {
+		case q == nil || q == found:
+		case found == nil:
+			found = q
+		default:
+			return nil, true
+		}
+	}
+	return found, false
 }

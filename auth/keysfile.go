@@ -17,8 +17,9 @@ const maxFileSize = 16 << 20
 // Key is one entry of the keys file, validated.
 type Key struct {
 	Name       string  // the principal: ^[a-z0-9._-]{1,64}$
-	SHA256     string  // lower-case hex SHA-256 of the key; empty when CertCN is set
-	CertCN     string  // the common name of a client certificate; empty when SHA256 is set
+	SHA256     string  // lower-case hex SHA-256 of the key; exactly one of SHA256, CertCN and CertURI is set
+	CertCN     string  // the common name of a client certificate
+	CertURI    string  // a URI among a client certificate's subject alternative names (a SPIFFE ID, say)
 	Allow      []Grant // at least one
 	RatePerS   float64 // requests per second per process; 0: no limit
 	MaxWaiters int     // long-polls at once per process; 0: no limit
@@ -48,6 +49,10 @@ func NewGrant(names Glob, actions ...Action) (Grant, error) {
 	}
 	return g, nil
 }
+
+// String is the grant as keygen's --allow takes it: GLOB=ACTION,ACTION, with
+// the actions as written.
+func (g Grant) String() string { return g.Names.String() + "=" + g.listed.String() }
 
 // Actions returns the actions the grant allows, admin's implied ones included.
 func (g Grant) Actions() []Action { return g.set.list() }

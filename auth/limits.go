@@ -78,5 +78,11 @@ func (p *Principal) AcquireWaiter() bool {
 // ReleaseWaiter ends a long-poll that AcquireWaiter counted.
 func (p *Principal) ReleaseWaiter() { p.rt.waiters.Add(-1) }
 
+// MaxWaiters returns the most long-polls the principal may have in this process
+// at once (0: no limit of its own, as for the built-in principals), and whether
+// that is the server's default for keys without max_waiters rather than the
+// key's own max_waiters.
+func (p *Principal) MaxWaiters() (n int, byDefault bool) { return p.maxWaiters, p.waitersByDefault }
+
 // Waiters returns how many long-polls the principal has in this process now.
 func (p *Principal) Waiters() int { return int(p.rt.waiters.Load()) }

@@ -4,6 +4,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 )
 
 func TestAllow(t *testing.T) {
@@ -69,5 +71,40 @@ func TestWaiters(t *testing.T) {
 	p.ReleaseWaiter()
 	if !p.AcquireWaiter() || p.AcquireWaiter() {
 		t.Error("after one release, exactly one more waiter should fit")
+	}
+}
+
+// A key without max_waiters gets the Guard's default, which a reload keeps
+// applying; a key's own max_waiters wins; the built-in principals have none.
+func TestKeyMaxWaitersDefault(t *testing.T) {
+	path := writeFile(t, t.TempDir(), "keys.yaml", withSums(goodYAML))
+	g, err := NewGuard(Config{File: path, Logger: zerolog.Nop(), KeyMaxWaiters: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string) {
+		t.Helper()
+		if n, byDefault := g.Lookup("ops").MaxWaiters(); n != 2 || !byDefault {
+			t.Errorf("%s: ops (no max_waiters) has %d, by default %v; want 2 by default", when, n, byDefault)
+		}
+		if n, byDefault := g.Lookup("billing-web").MaxWaiters(); n != 100 || byDefault {
+			t.Errorf("%s: billing-web (max_waiters: 100) has %d, by default %v; want its own 100", when, n, byDefault)
+		}
+		ops := g.Lookup("ops")
+		if !ops.AcquireWaiter() || !ops.AcquireWaiter() || ops.AcquireWaiter() {
+			t.Errorf("%s: ops is not held to 2 long-polls", when)
+		}
+		ops.ReleaseWaiter()
+		ops.ReleaseWaiter()
+	}
+	check("at start")
+	if err := g.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	check("after a reload")
+	for _, p := range []*Principal{Loopback(), Anyone()} {
+		if n, _ := p.MaxWaiters(); n != 0 {
+			t.Errorf("%s has max_waiters %d, want none", p.Name(), n)
+		}
 	}
 }

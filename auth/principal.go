@@ -18,11 +18,15 @@ const (
 // Principal is immutable; its rate limiter and long-poll count live on across
 // reloads for as long as the keys file keeps its name.
 type Principal struct {
-	name   string
-	id     string
-	all    bool
-	grants []Grant
-	rt     *runtime
+	name       string
+	id         string
+	all        bool
+	grants     []Grant
+	rt         *runtime
+	maxWaiters int // 0: none
+	// waitersByDefault: maxWaiters is the server's default for keys that set
+	// no max_waiters (Config.KeyMaxWaiters).
+	waitersByDefault bool
 }
 
 var (
@@ -43,7 +47,7 @@ func newBuiltin(name string) *Principal {
 // newPrincipal makes the principal of a key entry with runtime state rt.
 func newPrincipal(k Key, rt *runtime) *Principal {
 	rt.configure(k.RatePerS, k.MaxWaiters)
-	return &Principal{name: k.Name, id: PrincipalID(k.Name), grants: slices.Clone(k.Allow), rt: rt}
+	return &Principal{name: k.Name, id: PrincipalID(k.Name), grants: slices.Clone(k.Allow), rt: rt, maxWaiters: k.MaxWaiters}
 }
 
 // PrincipalID returns the store's name for a principal: the hex of the first 16

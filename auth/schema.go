@@ -3,6 +3,7 @@ package auth
 import (
 	"fmt"
 	"math"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -18,7 +19,7 @@ const (
 // The fields of the keys file, in the order the docs show them.
 var (
 	fileFields  = []string{"keys"}
-	keyFields   = []string{"name", "sha256", "cert_cn", "allow", "rate_per_s", "max_waiters"}
+	keyFields   = []string{"name", "sha256", "cert_cn", "cert_uri", "allow", "rate_per_s", "max_waiters"}
 	grantFields = []string{"names", "actions"}
 )
 
@@ -64,7 +65,7 @@ func (p *parser) file_(root *yaml.Node) []Key {
 		return nil
 	}
 	keys := make([]Key, 0, len(items))
-	names, hashes, cns := map[string]seen{}, map[string]seen{}, map[string]seen{}
+	names, hashes, cns, uris := map[string]seen{}, map[string]seen{}, map[string]seen{}, map[string]seen{}
 	for i, n := range items {
 		if p.exhausted() {
 			return nil
@@ -88,6 +89,11 @@ func (p *parser) file_(root *yaml.Node) []Key {
 		} else if k.CertCN != "" {
 			cns[k.CertCN] = seen{k.Line, k.Name}
 		}
+		if s, dup := uris[k.CertURI]; k.CertURI != "" && dup {
+			p.errorf(k.Line, "key %q: cert_uri %s is already key %q's at line %d", k.Name, show(k.CertURI), s.name, s.line)
+		} else if k.CertURI != "" {
+			uris[k.CertURI] = seen{k.Line, k.Name}
+		}
 		keys = append(keys, k)
 	}
 	return keys
@@ -101,7 +107,7 @@ func (p *parser) entry(n *yaml.Node, i int) (Key, bool) {
 		if n != nil {
 			line = n.Line
 		}
-		p.errorf(line, "%s must be a mapping with name, sha256 (or cert_cn) and allow", what)
+		p.errorf(line, "%s must be a mapping with name, sha256 (or cert_cn, or cert_uri) and allow", what)
 		return Key{}, false
 	}
 	before := len(p.errs) + p.more
@@ -144,35 +150,49 @@ func nameOf(n *yaml.Node) string {
 	return ""
 }
 
-// credential reads exactly one of sha256 and cert_cn into k.
+// credential reads exactly one of sha256, cert_cn and cert_uri into k.
 func (p *parser) credential(fs map[string]field, k *Key, line int, what string) {
-	sum, hasSum := fs["sha256"]
-	cn, hasCN := fs["cert_cn"]
-	switch {
-	case hasSum && hasCN:
-		p.errorf(cn.line, "%s has both sha256 and cert_cn: give exactly one", what)
-	case !hasSum && !hasCN:
-		p.errorf(line, "%s has neither sha256 nor cert_cn: give exactly one", what)
-	case hasSum:
-		s, ok := p.str(sum, what+": sha256")
-		if !ok {
-			return
+	var given []string
+	for _, f := range []string{"sha256", "cert_cn", "cert_uri"} {
+		if _, ok := fs[f]; ok {
+			given = append(given, f)
 		}
+	}
+	switch len(given) {
+	case 0:
+		p.errorf(line, "%s has none of sha256, cert_cn and cert_uri: give exactly one", what)
+		return
+	case 1:
+	default:
+		p.errorf(fs[given[1]].line, "%s has both %s and %s: give exactly one of sha256, cert_cn and cert_uri", what, given[0], given[1])
+		return
+	}
+	f := fs[given[0]]
+	s, ok := p.str(f, what+": "+given[0])
+	if !ok {
+		return
+	}
+	switch given[0] {
+	case "sha256":
 		if !isHex64(s) {
-			p.errorf(sum.line, "%s: sha256 must be 64 hex characters, the SHA-256 of the key (%s)", what, sumProblem(s))
+			p.errorf(f.line, "%s: sha256 must be 64 hex characters, the SHA-256 of the key (%s)", what, sumProblem(s))
 			return
 		}
 		k.SHA256 = strings.ToLower(s)
-	default:
-		s, ok := p.str(cn, what+": cert_cn")
-		if !ok {
-			return
-		}
+	case "cert_cn":
 		if s == "" || len(s) > 256 || strings.TrimSpace(s) != s {
-			p.errorf(cn.line, "%s: cert_cn must be a certificate's common name: 1 to 256 characters, no surrounding spaces", what)
+			p.errorf(f.line, "%s: cert_cn must be a certificate's common name: 1 to 256 characters, no surrounding spaces", what)
 			return
 		}
 		k.CertCN = s
+	default:
+		u, err := url.Parse(s)
+		if err != nil || u.Scheme == "" || len(s) > 1024 || strings.ContainsAny(s, " \t\r\n") {
+			p.errorf(f.line, "%s: cert_uri must be an absolute URI of at most 1024 characters, as a client certificate's "+
+				"subject alternative name holds it (such as spiffe://example.org/worker)", what)
+			return
+		}
+		k.CertURI = u.String()
 	}
 }
 

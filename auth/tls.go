@@ -26,8 +26,8 @@ type TLSFiles struct {
 // Enabled reports whether any TLS file is set.
 func (f TLSFiles) Enabled() bool { return f != TLSFiles{} }
 
-// NewTLSConfig returns the server's TLS configuration: TLS 1.2 or later, the
-// certificate and key of f, re-read when either file changes (a handshake looks
+// NewTLSConfig returns the server's TLS configuration: TLS 1.2 or later (1.2
+// with ECDHE and AEAD suites only), the certificate and key of f, re-read when either file changes (a handshake looks
 // at most once a second, so a rotated certificate serves the next connection
 // without a restart; a pair that fails to load is logged and the last good one
 // kept), and, with f.ClientCAFile, a verified client certificate required of
@@ -45,7 +45,7 @@ func NewTLSConfig(f TLSFiles, log zerolog.Logger) (*tls.Config, error) {
 	if err := r.load(); err != nil {
 		return nil, err
 	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: r.get}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, CipherSuites: tls12Suites, GetCertificate: r.get}
 	if f.ClientCAFile != "" {
 		pool, err := readCAs(f.ClientCAFile)
 		if err != nil {
@@ -55,6 +55,19 @@ func NewTLSConfig(f TLSFiles, log zerolog.Logger) (*tls.Config, error) {
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
 	}
 	return cfg, nil
+}
+
+// tls12Suites are the cipher suites TLS 1.2 may use: forward secrecy (ECDHE)
+// and authenticated encryption (GCM, ChaCha20-Poly1305) only, none of the CBC
+// suites (with SHA-1, and open to padding oracles) Go still accepts by
+// default. TLS 1.3's suites are all of that kind and not configurable.
+var tls12Suites = []uint16{
+	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
 }
 
 // readCAs reads a PEM bundle of CA certificates.

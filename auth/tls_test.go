@@ -15,6 +15,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -60,8 +61,9 @@ func (ca *testCA) pool() *x509.CertPool {
 }
 
 // issue returns the PEM certificate and key of a leaf: a server certificate for
-// 127.0.0.1, or a client certificate for cn.
-func (ca *testCA) issue(t *testing.T, serial int64, cn string, client bool) (certPEM, keyPEM string) {
+// 127.0.0.1, or a client certificate for cn, with uris as URI subject
+// alternative names.
+func (ca *testCA) issue(t *testing.T, serial int64, cn string, client bool, uris ...string) (certPEM, keyPEM string) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -78,6 +80,13 @@ func (ca *testCA) issue(t *testing.T, serial int64, cn string, client bool) (cer
 	}
 	if client {
 		tmpl.ExtKeyUsage, tmpl.IPAddresses = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, nil
+	}
+	for _, s := range uris {
+		u, err := url.Parse(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl.URIs = append(tmpl.URIs, u)
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
@@ -266,5 +275,108 @@ func TestNewTLSConfigErrors(t *testing.T) {
 	}
 	if _, err := NewTLSConfig(TLSFiles{CertFile: cert, KeyFile: key}, zerolog.Nop()); errors.Unwrap(err) != nil {
 		t.Error(err)
+	}
+}
+
+// TLS 1.2 is served only with forward secrecy and authenticated encryption
+// (ECDHE with GCM or ChaCha20-Poly1305): a client that offers only a CBC
+// suite (with SHA-1 or SHA-256) is refused. TLS 1.3 is served.
+func TestTLS12OnlyECDHEWithAEAD(t *testing.T) {
+	dir := t.TempDir()
+	ca := newTestCA(t, "test CA")
+	c, k := ca.issue(t, 1, "baton", false)
+	cfg, err := NewTLSConfig(TLSFiles{CertFile: writeFile(t, dir, "tls.crt", c), KeyFile: writeFile(t, dir, "tls.key", k)}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := serveTLS(t, cfg, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	tests := []struct {
+		suite uint16 // 0: TLS 1.3, Go's default suites
+		want  bool
+	}{
+		{tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA, false},
+		{tls.TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA, false},
+		{tls.TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256, false},
+		{tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, true},
+		{tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384, true},
+		{tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256, true},
+		{0, true},
+	}
+	for _, tt := range tests {
+		cc := &tls.Config{RootCAs: ca.pool(), MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{tt.suite}}
+		name := tls.CipherSuiteName(tt.suite)
+		if tt.suite == 0 {
+			cc, name = &tls.Config{RootCAs: ca.pool(), MinVersion: tls.VersionTLS13}, "TLS 1.3"
+		}
+		hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: cc}}
+		resp, err := hc.Get(url)
+		if err == nil {
+			resp.Body.Close()
+		}
+		if got := err == nil; got != tt.want {
+			t.Errorf("%s: served %v (%v), want %v", name, got, err, tt.want)
+		}
+	}
+}
+
+// A key may name its client certificate by a URI subject alternative name
+// (cert_uri: a SPIFFE ID, say) instead of its common name. A certificate that
+// maps to two keys (its CN to one, a URI to another) is no one: refused.
+func TestClientCertificateBySANURI(t *testing.T) {
+	const worker = "spiffe://example.org/ns/jobs/sa/worker"
+	path := writeFile(t, t.TempDir(), "keys.yaml", withSums(goodYAML)+`  - name: jobs-worker
+    cert_uri: `+worker+`
+    allow:
+      - names: "jobs:*"
+        actions: [lock]
+`)
+	g, err := NewGuard(Config{File: path, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientCA := newTestCA(t, "client CA")
+	withCert := func(cn string, verified bool, uris ...string) *http.Request {
+		c, _ := clientCA.issue(t, 9, cn, true, uris...)
+		block, _ := pem.Decode([]byte(c))
+		leaf, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := request("203.0.113.9:4000")
+		r.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{leaf}}
+		if verified {
+			chains, err := leaf.Verify(x509.VerifyOptions{Roots: clientCA.pool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.TLS.VerifiedChains = chains
+		}
+		return r
+	}
+	tests := []struct {
+		name string
+		give *http.Request
+		want string // the principal, or part of the refusal
+	}{
+		{"the URI", withCert("anything", true, worker), "jobs-worker"},
+		{"the URI among others", withCert("", true, "spiffe://example.org/ns/x/sa/y", worker), "jobs-worker"},
+		{"the CN, as before", withCert("worker-1.example", true), "worker-1"},
+		{"the CN and the same key's URI", withCert("", true, worker, worker), "jobs-worker"},
+		{"an unknown URI", withCert("nobody", true, "spiffe://example.org/ns/x/sa/y"), "no key"},
+		{"a URI that only starts like the key's", withCert("nobody", true, worker+"-2"), "no key"},
+		{"an unverified certificate", withCert("anything", false, worker), "no key"},
+		{"the CN of one key and the URI of another", withCert("worker-1.example", true, worker), "more than one key"},
+	}
+	for _, tt := range tests {
+		p, err := g.Authenticate(tt.give)
+		got := ""
+		if err != nil {
+			got = err.Error()
+		} else {
+			got = p.Name()
+		}
+		if !strings.Contains(got, tt.want) {
+			t.Errorf("%s: %q, want %q", tt.name, got, tt.want)
+		}
 	}
 }

@@ -68,8 +68,10 @@ func stopAuthVariants(vs []authVariant) {
 	}
 }
 
-// writeKeysFile writes dir/keys.yaml with one key, named bench, that may take
-// every lock (action lock on "*"), and returns its path.
+// writeKeysFile writes keys.yaml, in a directory of its own under dir that
+// only this user may write (Baton refuses a keys file others could change,
+// and dir may be group-writable under a umask of 002), with one key, named
+// bench, that may take every lock (action lock on "*"), and returns its path.
 func writeKeysFile(dir, key string) (string, error) {
 	grant, err := auth.ParseAllow("*=lock")
 	if err != nil {
@@ -79,7 +81,11 @@ func writeKeysFile(dir, key string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	path := filepath.Join(dir, "keys.yaml")
+	own, err := os.MkdirTemp(dir, "keys-")
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(own, "keys.yaml")
 	return path, os.WriteFile(path, []byte("keys:\n"+entry), 0o600)
 }
 

@@ -199,7 +199,7 @@ func statsClient(addr string) *redis.Client {
 }
 
 // batonSettings is how startBaton configures every Baton, for results.json.
-const batonSettings = "BATON_LOG_LEVEL=warn BATON_MAX_WAIT=10m BATON_MAX_WAITERS=100000, other settings default"
+const batonSettings = "BATON_LOG_LEVEL=warn BATON_MAX_WAIT=10m BATON_MAX_WAITERS=100000 BATON_MAX_CONNS=200000, other settings default"
 
 func (e *env) setup() setup {
 	s := setup{
@@ -409,6 +409,9 @@ func (e *env) startBatonBin(ctx context.Context, bin string, extra ...string) (*
 			"BATON_LOG_LEVEL=warn",
 			"BATON_MAX_WAIT=10m",
 			"BATON_MAX_WAITERS=100000",
+			// The waiters scenario opens as many connections as the open-file
+			// limit allows: past the default limit (three quarters of it).
+			"BATON_MAX_CONNS=200000",
 		}, extra...), bin)
 		if err != nil {
 			return nil, "", err

@@ -78,7 +78,11 @@ func writeKeys(dir, scope string) (string, map[string]string, error) {
 		b.WriteString(entry)
 		keys[name] = key
 	}
-	path := filepath.Join(dir, "keys.yaml")
+	own, err := os.MkdirTemp(dir, "keys-") // only this user may write it, whatever the umask: Baton refuses a keys file others could change
+	if err != nil {
+		return "", nil, err
+	}
+	path := filepath.Join(own, "keys.yaml")
 	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
 		return "", nil, err
 	}

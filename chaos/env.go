@@ -18,6 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/batonhq/baton/chaos/callproxy"
 	"github.com/batonhq/baton/client"
 	"github.com/batonhq/baton/internal/redistest"
 )
@@ -31,6 +32,9 @@ const keyPrefix = "chaos"
 type topology struct {
 	redis *redistest.Server
 	proxy *netProxy // between Baton and Redis, for net-* scenarios; else nil
+	// calls are the script-call fault proxies, one between each Baton process
+	// (in the order of batons) and Redis, for the call-faults scenario; else nil.
+	calls []*callproxy.Proxy
 	// cluster is the Redis Cluster the Batons moved onto (cluster.go); else nil.
 	cluster *redistest.Cluster
 	rdb     redis.UniversalClient // for injecting faults and inspecting keys (a Cluster scenario's: a cluster client)
@@ -50,6 +54,7 @@ type topoOptions struct {
 	redisArgs []string // extra redis-server arguments
 	env       []string // extra BATON_* settings
 	proxied   bool     // Baton reaches Redis through an in-process toxiproxy
+	calls     bool     // each Baton reaches Redis through a script-call fault proxy of its own
 	// scope is the workload's lock names' prefix, for the workers' grants
 	// (auth.go); empty: "chaos".
 	scope string
@@ -110,13 +115,24 @@ func startTopology(dir, bin string, o topoOptions) (*topology, error) {
 	t := &topology{redis: rs, rdb: redis.NewClient(&redis.Options{Addr: rs.Addr(), MaxRetries: -1}),
 		hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, IdleConnTimeout: 30 * time.Second,
 			DialContext: dialBaton}}}
-	redisURL := rs.URL()
-	if o.proxied {
+	redisURL := func(int) string { return rs.URL() }
+	switch {
+	case o.proxied:
 		if t.proxy, err = startNetProxy(rs.Addr()); err != nil {
 			t.stop()
 			return nil, err
 		}
-		redisURL = t.proxy.url()
+		redisURL = func(int) string { return t.proxy.url() }
+	case o.calls:
+		for range o.batons {
+			p, err := callproxy.Start(rs.Addr())
+			if err != nil {
+				t.stop()
+				return nil, fmt.Errorf("start the call proxy: %w", err)
+			}
+			t.calls = append(t.calls, p)
+		}
+		redisURL = func(i int) string { return "redis://" + t.calls[i].Addr() }
 	}
 	if err := t.startBatons(dir, bin, redisURL, o); err != nil {
 		t.stop()
@@ -125,9 +141,9 @@ func startTopology(dir, bin string, o topoOptions) (*topology, error) {
 	return t, nil
 }
 
-// startBatons writes the keys file and starts o.batons Baton processes on
-// redisURL, with a client per principal for each.
-func (t *topology) startBatons(dir, bin, redisURL string, o topoOptions) error {
+// startBatons writes the keys file and starts o.batons Baton processes, the
+// i-th on redisURL(i), with a client per principal for each.
+func (t *topology) startBatons(dir, bin string, redisURL func(int) string, o topoOptions) error {
 	authFile, keys, err := writeKeys(dir, o.scope)
 	if err != nil {
 		return err
@@ -146,7 +162,7 @@ func (t *topology) startBatons(dir, bin, redisURL string, o topoOptions) error {
 			name: string(rune('A' + i)), bin: bin, dir: dir, base: "http://" + addr, debug: "http://" + debug,
 			addr0: addr, debug0: debug, addr: addr, debugAddr: debug, opsKey: keys[runnerPrincipal],
 			env: append([]string{
-				"BATON_ADDR=" + addr, "BATON_REDIS_URL=" + redisURL,
+				"BATON_ADDR=" + addr, "BATON_REDIS_URL=" + redisURL(i),
 				"BATON_DEBUG_ADDR=" + debug, "BATON_AUTH_FILE=" + authFile,
 				"BATON_KEY_PREFIX=" + keyPrefix, "BATON_LOG_LEVEL=warn", "BATON_LOG_FORMAT=json",
 				"BATON_SHUTDOWN_DELAY=0s", // BATON_SHUTDOWN_TIMEOUT: the default (stopGrace)
@@ -175,6 +191,9 @@ func (t *topology) stop() {
 	t.hc.CloseIdleConnections()
 	if t.proxy != nil {
 		t.proxy.stop()
+	}
+	for _, p := range t.calls {
+		_ = p.Close()
 	}
 	_ = t.rdb.Close()
 	t.redis.Stop()

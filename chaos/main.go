@@ -16,7 +16,9 @@
 // resource that counts the stale writes it rejected and any it should not have
 // accepted. A sampler reads the locks' holds in Redis every 50 ms (sampler.go),
 // so that holds no client was told
-// of can be timed: none may outlive the ticket ttl (check.Orphans); and every
+// of can be timed: none may outlive the ticket ttl after its client went away
+// (check.Orphans), nor live longer than the settle window from its grant
+// (-settle-window, 3 s; check.UnknownHolds); and every
 // watch must have returned within 50 ms of its lock changing hands
 // (check.Watches). After the workload Redis must hold no hold, ticket or queue
 // of the finished locks, and BATON_FENCE_GUARD (2s here) later no key at all
@@ -42,8 +44,17 @@
 // end of each fault (the killed process started again; a killed connection at
 // once) until a lock is handed over between the two Baton processes, both ways,
 // within a second; and, for Redis kills, the time from the restarted Redis
-// answering PING to each Baton process's first 2xx (redisback.go). The
-// Redis Cluster scenarios are in cluster.go.
+// answering PING to each Baton process's first 2xx (redisback.go); the holds
+// no client was told of: the longest any lived (Redis's outages aside), of
+// how many, and how many outlived the settle window (violations); and the
+// acquires with an Idempotency-Key whose answer was lost (a transport error,
+// a 5xx), by whether Redis was up when the last lost try ended, with how many
+// a later try settled (one lost while Redis was up and never settled is a
+// violation), and the acquires without a key whose answer was lost. The
+// Redis Cluster scenarios are in cluster.go; faults on single script calls
+// (late copies, lost replies, stalls) in callfaults.go:
+//
+//	go run ./chaos -only call-faults -duration 90s
 package main
 
 import (
@@ -91,6 +102,7 @@ type config struct {
 	freezeMin, freezeMax                time.Duration // how long a frozen Redis stays frozen (slow.go)
 
 	settle       time.Duration // how long leftovers may take to expire after the workload
+	settleWindow time.Duration // the longest a hold no client was told of may live (check.UnknownHolds)
 	checkTimeout time.Duration // porcupine's time per lock history
 	seed         uint64
 	keep         bool // keep the working directory, histories included
@@ -106,9 +118,17 @@ func quickConfig() config {
 		watchers: 6, maxWatch: 1500 * time.Millisecond, watchSlack: 50 * time.Millisecond,
 		pubsubEvery: time.Second, redisEvery: 3 * time.Second, batonEvery: 3 * time.Second,
 		down: 300 * time.Millisecond, freezeMin: 3 * time.Second, freezeMax: 5 * time.Second,
-		checkTimeout: 20 * time.Second,
+		checkTimeout: 20 * time.Second, settleWindow: settleWindow,
 	}
 }
+
+// settleWindow is the default of -settle-window: the longest a hold no client
+// was told of may live, Redis's outages aside. Baton decides what a script
+// call of unknown outcome did once the call's deadline has passed (under the
+// store's 2 s read timeout), then ends what nobody was told of; a ticket's
+// grant is kept for its owner's next poll for the ticket ttl (1 s here). 3 s
+// covers both, and the sampler's pace.
+const settleWindow = 3 * time.Second
 
 // idemGrace is the Batons' BATON_IDEMPOTENCY_GRACE, in both modes: longer
 // than the longest fault (Redis frozen up to freezeMax, 5 s; a network black
@@ -157,6 +177,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	seed := fs.Uint64("seed", 0, "the workload's random seed (default: from the clock)")
 	keep := fs.Bool("keep", false, "keep the working directory (logs, histories) even when all is well")
 	keyed := fs.Float64("keyed", -1, "the share of acquires that carry an Idempotency-Key, 0 to 1 (default 0.4: the rest exercise the undo of requests without one)")
+	window := fs.Duration("settle-window", settleWindow, "the longest a hold no client was told of may live (Redis's outages aside) before it counts as a violation")
 	prebuilt := fs.String("bin", "", "run this Baton binary instead of building ./cmd/server (to try the checker on a broken server)")
 	if err := fs.Parse(args); err != nil {
 		return 2, err
@@ -178,7 +199,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 		}
 		cfg.keyed = *keyed
 	}
-	cfg.seed, cfg.keep = *seed, *keep
+	if *window <= 0 {
+		return 2, fmt.Errorf("-settle-window %v: a positive duration", *window)
+	}
+	cfg.seed, cfg.keep, cfg.settleWindow = *seed, *keep, *window
 	if cfg.seed == 0 {
 		cfg.seed = uint64(time.Now().UnixNano())
 	}

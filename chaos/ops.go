@@ -63,6 +63,8 @@ type caller struct {
 	rec   *check.Recorder
 	tal   *tally
 	pick  func() int // which Baton process the next request goes to
+	// then, if set, is called with each operation once recorded (callfaults.go).
+	then func(check.Op)
 }
 
 // on returns a caller whose requests all go to Baton process i, for requests
@@ -90,6 +92,7 @@ func (c *caller) finish(o *check.Op, err error, h *hanger) {
 	if h != nil {
 		o.HungUp, o.HungAt = h.hungUp()
 	}
+	o.Lost = err != nil && !answered && !o.HungUp
 	switch {
 	case o.HungUp:
 		c.tal.hungUp.Add(1)
@@ -100,6 +103,9 @@ func (c *caller) finish(o *check.Op, err error, h *hanger) {
 		}
 	}
 	c.rec.Add(*o)
+	if c.then != nil {
+		c.then(*o)
+	}
 }
 
 // leaseFields records a lease answer. An answer whose mode is not the one

@@ -13,7 +13,8 @@ import (
 // figures right-aligned.
 func printTable(w io.Writer, rows []row) {
 	table := [][]string{{"scenario", "operations", "violations", "stale writes accepted",
-		"stale writes rejected", "answered without 5xx", "orphan holds", "watch lag", "idempotent retries", "time to recover", "Redis back to 2xx"}}
+		"stale writes rejected", "answered without 5xx", "orphan holds", "unknown holds", "watch lag", "idempotent retries",
+		"lost answers settled", "time to recover", "Redis back to 2xx"}}
 	for _, r := range rows {
 		pct := 100.0
 		if r.requests > 0 {
@@ -21,7 +22,8 @@ func printTable(w io.Writer, rows []row) {
 		}
 		table = append(table, []string{r.name, strconv.Itoa(r.ops), strconv.Itoa(r.violations),
 			strconv.Itoa(r.staleAccepted), strconv.Itoa(r.staleRejected),
-			fmt.Sprintf("%d (%.2f%%)", r.answered, pct), orphans(r), watchLag(r), idem(r), recovery(r), redisBack(r)})
+			fmt.Sprintf("%d (%.2f%%)", r.answered, pct), orphans(r), unknownHolds(r), watchLag(r), idem(r), lostAnswers(r),
+			recovery(r), redisBack(r)})
 	}
 	width := make([]int, len(table[0]))
 	for _, line := range table {
@@ -57,6 +59,32 @@ func orphans(r row) string {
 	return s
 }
 
+// unknownHolds is the longest a hold no client was told of lived, Redis's
+// outages aside, of how many such holds were seen, and how many lived longer
+// than the settle window (violations).
+func unknownHolds(r row) string {
+	u := r.unknown
+	s := fmt.Sprintf("max %s of %d, %d over", round(u.Max), u.Holds, len(u.Over))
+	if n := len(u.Crashed); n > 0 {
+		s += fmt.Sprintf(" (%d after a kill)", n)
+	}
+	return s
+}
+
+// lostAnswers is, of the acquires with an Idempotency-Key whose answer was
+// lost while Redis was up, the share a later try settled (goal 100%); then
+// the same for those lost while Redis was down or failing over, and the
+// acquires without a key whose answer was lost while Redis was up (no retry
+// can settle those).
+func lostAnswers(r row) string {
+	l := r.lost
+	up := "-"
+	if l.Up > 0 {
+		up = fmt.Sprintf("%d of %d (%.0f%%)", l.UpSettled, l.Up, l.Share())
+	}
+	return fmt.Sprintf("up %s; down %d of %d; plain %d up, %d down", up, l.DownSettled, l.Down, l.Plain, l.PlainDown)
+}
+
 // watchLag is the p99 and worst lag of the watches judged, and how many were
 // late.
 func watchLag(r row) string {
@@ -76,6 +104,9 @@ func idem(r row) string {
 	s := fmt.Sprintf("%d keys, %d retried, %d of %d lost answers resolved, %d replayed, %d wrong", i.Keys, i.Retried, i.Resolved, i.Lost, i.Replays, len(i.Wrong))
 	if i.Excused > 0 {
 		s += fmt.Sprintf(" (%d second holds after data loss)", i.Excused)
+	}
+	if i.Fresh > 0 {
+		s += fmt.Sprintf(" (%d fresh holds after one nobody knew of had ended)", i.Fresh)
 	}
 	return s
 }

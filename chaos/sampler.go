@@ -97,24 +97,34 @@ func (s *sampler) run() {
 	}
 }
 
-// readHolds reads one lock's holds: the exclusive hold's hash (P:{N}), or each
-// live shared hold's (P:{N}:s:<lease hash>, listed in P:{N}:s with its
-// deadline), as {fence, owner, at, pttl, shared}. Only reads: it changes
-// nothing, not even what a script of Baton's would prune.
+// readHolds reads one lock's live holds (lua/lib.lua): the exclusive hold's
+// record at the end of the lock's string (P:{N}), and each shared hold's
+// record (P:{N}:h), each live while its deadline has not passed, as {fence,
+// owner, at, pttl, shared}. Only reads: it changes nothing, not even what a
+// script of Baton's would prune.
 const readHolds = `
 local out = {}
-local h = redis.call('HMGET', KEYS[1], 'fence', 'owner', 'at')
-if h[1] then
-  out[1] = {h[1], h[2] or '', h[3] or '', redis.call('PTTL', KEYS[1]), 0}
-end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-for _, lh in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1] .. ':s', now, '+inf')) do
-  local k = KEYS[1] .. ':s:' .. lh
-  local s = redis.call('HMGET', k, 'fence', 'owner', 'at')
-  if s[1] then
-    out[#out + 1] = {s[1], s[2] or '', s[3] or '', redis.call('PTTL', k), 1}
+local function hold(v, sh)
+  local f = {}
+  for x in string.gmatch(v .. '\t', '([^\t]*)\t') do
+    f[#f + 1] = x
   end
+  local d = tonumber(f[2])
+  if d and d >= now then
+    out[#out + 1] = {f[4], f[17] or '', f[6], d - now, sh}
+  end
+end
+local v = redis.call('GET', KEYS[1])
+if v then
+  local x = string.match(v, '^[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|(.*)$')
+  if x and x ~= '' then
+    hold(x, 0)
+  end
+end
+for _, r in ipairs(redis.call('HVALS', KEYS[1] .. ':h')) do
+  hold(r, 1)
 end
 return out
 `

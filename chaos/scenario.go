@@ -16,6 +16,7 @@ type scenario struct {
 	redisArgs []string // extra redis-server arguments
 	batonEnv  []string // extra BATON_* settings
 	proxied   bool     // Baton reaches Redis through an in-process toxiproxy (net.go)
+	calls     bool     // each Baton reaches Redis through a script-call fault proxy (callfaults.go)
 	// inject injects the fault until ctx ends; nil for no fault. Each injection
 	// waits for the service to recover (r.fault) before the next: recovery is
 	// timed from the end of the fault, when the killed process is started again
@@ -38,6 +39,7 @@ func scenarios() []scenario {
 		{name: "net-blackhole-short", proxied: true, inject: netBlackhole(false)},
 		{name: "net-blackhole-long", proxied: true, inject: netBlackhole(true)},
 		{name: "net-stranded", proxied: true, inject: netStranded},
+		{name: "call-faults", calls: true, inject: callFaults}, // callfaults.go
 	}, clusterScenarios()...) // cluster.go
 }
 

@@ -23,6 +23,7 @@ type trial struct {
 	tal    tally
 	locks  []string                   // the workload's
 	race   []string                   // the races' (worker.race)
+	aimed  []string                   // the aimed script-call faults' (callfaults.go)
 	res    map[string]*check.Resource // one per lock
 	modes  map[string]lockMode        // the locks that take shared holds (workload.go)
 	probes int
@@ -132,6 +133,8 @@ type row struct {
 	details       []string // what the violations were, and other findings
 
 	orphans check.OrphanResult
+	unknown check.UnknownResult
+	lost    check.LostResult
 	watches check.WatchResult
 	idem    check.IdemResult
 	hungUp  int64
@@ -145,7 +148,8 @@ func runScenario(ctx context.Context, cfg *config, sc scenario, bin, dir string)
 	env := append([]string{"BATON_TICKET_TTL=" + cfg.ticketTTL.String(), "BATON_FENCE_GUARD=" + cfg.fenceGuard.String(),
 		"BATON_IDEMPOTENCY_GRACE=" + cfg.idemGrace.String()},
 		sc.batonEnv...)
-	top, err := startTopology(dir, bin, topoOptions{batons: 2, redisArgs: sc.redisArgs, env: env, proxied: sc.proxied, scope: sc.name})
+	top, err := startTopology(dir, bin, topoOptions{batons: 2, redisArgs: sc.redisArgs, env: env, proxied: sc.proxied,
+		calls: sc.calls, scope: sc.name})
 	if err != nil {
 		return row{}, err
 	}
@@ -163,7 +167,15 @@ func runScenario(ctx context.Context, cfg *config, sc scenario, bin, dir string)
 	for i := range raceLocks {
 		r.race = append(r.race, sc.name+"-race-"+strconv.Itoa(i))
 	}
-	r.samp = startSampler(newSamplerClient(top.redis.Addr()), append(r.locks[:len(r.locks):len(r.locks)], r.race...))
+	if sc.calls {
+		for i := range aimLocks {
+			name := sc.name + "-aim-" + strconv.Itoa(i)
+			r.aimed = append(r.aimed, name)
+			r.res[name] = &check.Resource{}
+		}
+	}
+	sampled := append(append(r.locks[:len(r.locks):len(r.locks)], r.race...), r.aimed...)
+	r.samp = startSampler(newSamplerClient(top.redis.Addr()), sampled)
 	samples := sync.OnceValue(r.samp.close)
 	defer samples() // the sampler stops on every return
 	stalls := sync.OnceValue(startStallMeter().close)
@@ -289,6 +301,21 @@ func (r *trial) judge(out *row, dir string, samples []check.Sample, stalls []che
 	for _, o := range out.orphans.Crashed {
 		out.details = append(out.details, "not counted, its Baton process was killed (SIGKILL) before it could undo it: "+o.String())
 	}
+	out.unknown = check.UnknownHolds(ops, samples, r.cfg.settleWindow, spans, crashes)
+	out.violations += len(out.unknown.Over)
+	for i, u := range out.unknown.Over {
+		if i == maxLate {
+			out.details = append(out.details, fmt.Sprintf("(and %d more holds nobody knew of beyond the settle window)", len(out.unknown.Over)-maxLate))
+			break
+		}
+		out.details = append(out.details, fmt.Sprintf("beyond the settle window (%v): %s", r.cfg.settleWindow, u))
+	}
+	for _, u := range out.unknown.Crashed {
+		out.details = append(out.details, "not counted, its Baton process was killed (SIGKILL) before it could end it: "+u.String())
+	}
+	out.lost = check.LostAnswers(ops, spans)
+	out.violations += len(out.lost.Unsettled)
+	out.details = append(out.details, out.lost.Unsettled...)
 	out.watches = check.Watches(ops, samples, check.WatchBound+r.cfg.watchSlack, watchSpans, stalls)
 	for i, l := range out.watches.Late {
 		if i == maxLate {
@@ -302,18 +329,23 @@ func (r *trial) judge(out *row, dir string, samples []check.Sample, stalls []che
 	out.violations += len(out.idem.Wrong)
 	out.details = append(out.details, out.idem.Wrong...)
 	out.summary = fmt.Sprintf("%d faults (%d with data loss), %d grants (%d shared), %d outcomes unknown (%d hung up), %d writes accepted; "+
-		"porcupine checked %d operations over %d locks in %v; %d holds nobody knew of, %d orphans; "+
+		"porcupine checked %d operations over %d locks in %v; %d holds nobody knew of, %d orphans, the longest unknown %v; "+
 		"%d hung-up requests answered with a grant; "+
 		"%d watches judged (%d late only by the runner's own stalls, %d excused by faults, %d errors); %s; the runner stalled %d times, %v in all",
 		r.faults, losses, grants, shared, unknown, out.hungUp, writes, res.Checked, res.Locks, took.Round(time.Millisecond),
-		out.orphans.Unknown, out.orphans.Count(), out.orphans.Answered, out.watches.Judged, out.watches.Stalled, out.watches.Excused, out.watches.Errors,
+		out.orphans.Unknown, out.orphans.Count(), out.unknown.Max.Round(time.Millisecond), out.orphans.Answered, out.watches.Judged, out.watches.Stalled, out.watches.Excused, out.watches.Errors,
 		&r.tal.refused, len(stalls), total(stalls).Round(time.Millisecond))
+	if sawNone(samples) && grants > 0 {
+		out.inconclusive++
+		out.details = append(out.details, fmt.Sprintf("the sampler never saw a hold, of %d grants: its reading (sampler.go, readHolds) "+
+			"no longer matches how Redis keeps holds, and the checks of holds nobody knew of saw nothing", grants))
+	}
 	if r.cfg.keep || out.violations > 0 || out.staleAccepted > 0 || out.inconclusive > 0 || out.orphans.Count() > 0 {
 		p := filepath.Join(dir, "history.txt")
 		if err := writeHistory(p, ops); err == nil {
 			out.details = append(out.details, "full history: "+p)
 		}
-		if out.orphans.Count() > 0 || len(out.watches.Late) > 0 || len(out.idem.Wrong) > 0 || r.cfg.keep {
+		if out.orphans.Count() > 0 || len(out.unknown.Over) > 0 || len(out.watches.Late) > 0 || len(out.idem.Wrong) > 0 || r.cfg.keep {
 			p := filepath.Join(dir, "samples.txt")
 			if err := writeSamples(p, samples); err == nil {
 				out.details = append(out.details, "the sampler's readings: "+p)
@@ -376,6 +408,16 @@ func writeSamples(path string, samples []check.Sample) error {
 		}
 	}
 	return f.Close()
+}
+
+// sawNone reports whether no reading showed a hold.
+func sawNone(samples []check.Sample) bool {
+	for _, s := range samples {
+		if s.Held {
+			return false
+		}
+	}
+	return true
 }
 
 // total is how long spans last in all.

@@ -141,25 +141,33 @@ const idemRetryFor = 20 * time.Second
 // until one is answered, as a client that lost the answer would; and now and
 // then an answered one is sent again too (its answer lost on the way back, as
 // far as the server knows): the replay must be the same lease or ticket
-// (check.Idempotency). The result is the last answer that granted or queued,
-// else the last try's.
+// (check.Idempotency), its lost answers retried likewise. The result is the
+// last answer that granted or queued, else the last try's.
 func (w *worker) acquireIdem(name string, o client.AcquireOptions) (*client.AcquireResult, check.Op) {
 	res, op := w.acquire(name, o)
 	if o.IdempotencyKey == "" {
 		return res, op
 	}
-	first, try := op.Call, 1
-	for op.Outcome == check.Unknown && time.Since(first) < idemRetryFor {
-		w.backoff()
-		try++
-		res, op = w.acquireTry(name, o, nil, try, first)
-	}
+	first := op.Call
+	res, op = w.untilAnswered(name, o, res, op, first)
 	if (op.Outcome == check.OK || op.Outcome == check.Queued) && w.chance(w.cfg.replays) {
-		try++
-		r2, op2 := w.acquireTry(name, o, nil, try, first)
+		r2, op2 := w.acquireTry(name, o, nil, op.Try+1, first)
+		r2, op2 = w.untilAnswered(name, o, r2, op2, first)
 		if op2.Outcome == check.OK || op2.Outcome == check.Queued {
 			res, op = r2, op2
 		}
+	}
+	return res, op
+}
+
+// untilAnswered sends an acquire with an Idempotency-Key again, with the
+// same key and body, while its answer was lost (op: its latest try; first:
+// when the key's first try was called), for up to idemRetryFor from op's call.
+func (w *worker) untilAnswered(name string, o client.AcquireOptions, res *client.AcquireResult, op check.Op,
+	first time.Time) (*client.AcquireResult, check.Op) {
+	for from := op.Call; op.Outcome == check.Unknown && time.Since(from) < idemRetryFor; {
+		w.backoff()
+		res, op = w.acquireTry(name, o, nil, op.Try+1, first)
 	}
 	return res, op
 }
@@ -179,6 +187,7 @@ func (w *worker) replayEnded(name string, o client.AcquireOptions, last check.Op
 		first = last.Call
 	}
 	res, op := w.acquireTry(name, o, nil, last.Try+1, first)
+	res, op = w.untilAnswered(name, o, res, op, first)
 	switch op.Outcome {
 	case check.OK:
 		w.releaseAll(name, res.Lease, res.Lease.Count)

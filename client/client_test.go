@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -52,6 +53,9 @@ type server struct {
 	Metrics *metrics.Metrics
 	conns   atomic.Int64 // connections accepted
 	stop    func()
+	// drain starts a shutdown as cmd/server does: /readyz turns 503 at once,
+	// long-polls are answered.
+	drain func()
 }
 
 var prefixSeq atomic.Int64
@@ -66,14 +70,17 @@ func startServer() (*server, error) {
 	prefix := "c" + strconv.FormatInt(prefixSeq.Add(1), 10) + "x" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 	m := metrics.New()
 	st := store.New(rdb, store.Options{Prefix: prefix, Logger: zerolog.Nop(), Metrics: m})
+	draining := make(chan struct{})
 	h := handlers.NewServer(handlers.Deps{
-		Store:   st,
-		Limits:  handlers.Limits{DefaultTTL: 30 * time.Second, MinTTL: 100 * time.Millisecond, MaxTTL: 24 * time.Hour, MaxWait: 60 * time.Second},
-		Logger:  zerolog.Nop(),
-		Metrics: m,
-		Spec:    api.Spec,
+		Draining: draining,
+		Store:    st,
+		Limits:   handlers.Limits{DefaultTTL: 30 * time.Second, MinTTL: 100 * time.Millisecond, MaxTTL: 24 * time.Hour, MaxWait: 60 * time.Second},
+		Logger:   zerolog.Nop(),
+		Metrics:  m,
+		Spec:     api.Spec,
 	})
-	s := &server{Store: st, Metrics: m}
+	var drainOnce sync.Once
+	s := &server{Store: st, Metrics: m, drain: func() { drainOnce.Do(func() { close(draining); st.Shutdown() }) }}
 	hs := httptest.NewUnstartedServer(h)
 	hs.Config.ConnState = func(_ net.Conn, cs http.ConnState) {
 		if cs == http.StateNew {
@@ -165,7 +172,7 @@ func TestReadyLive(t *testing.T) {
 	if err := e.C.Ready(e.ctx()); err != nil {
 		t.Fatalf("ready: %v", err)
 	}
-	e.Store.Shutdown()
+	e.drain()
 	p := wantProblem(t, e.C.Ready(e.ctx()), client.ErrUnavailable, http.StatusServiceUnavailable)
 	if p.RetryAfter != time.Second || p.RequestID == "" {
 		t.Fatalf("RetryAfter %v, RequestID %q; want 1s and an id", p.RetryAfter, p.RequestID)

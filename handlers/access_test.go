@@ -224,7 +224,7 @@ func TestProtectedMode(t *testing.T) {
 }
 
 // Reload adds and removes keys without dropping the long-polls in flight; a bad
-// file keeps the old keys and is counted.
+// file adds nothing, still revokes the keys gone from it, and is counted.
 func TestAuthReload(t *testing.T) {
 	k := newTestKeys()
 	e := newEnv(t, envOptions{Keys: k.file()})
@@ -247,16 +247,23 @@ func TestAuthReload(t *testing.T) {
 	got := awaitAnswer(t, w, 6*time.Second) // the removed key's long-poll ends normally
 	wantStatus(t, got.r, http.StatusOK, "")
 
-	// A bad file keeps the keys in force, and is counted.
-	if err := os.WriteFile(e.KeysFile, []byte("keys:\n  - name: Bad Name\n"), 0o600); err != nil {
+	// An edit that removes the newcomer and, by mistake, breaks the file: the
+	// reload fails and is counted, yet the newcomer is revoked (fail closed),
+	// while ops, still in the file, keeps working.
+	broken := strings.Replace(file, "  - name: newcomer\n    sha256: "+auth.KeySHA256(newKey), "  - name: Bad Name\n    sha256: 00", 1)
+	if err := os.WriteFile(e.KeysFile, []byte(broken), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.Guard.Reload(); err == nil {
 		t.Error("a bad keys file reloaded without error")
 	}
-	wantStatus(t, e.do(req{Method: "GET", Path: "/v1/locks/billing:r", Header: bearer(newKey)}), http.StatusOK, "")
+	wantStatus(t, e.do(req{Method: "GET", Path: "/v1/locks/billing:r", Header: bearer(newKey)}), http.StatusUnauthorized, "unauthorized")
+	wantStatus(t, e.do(req{Method: "GET", Path: "/v1/locks/billing:r", Header: bearer(k.ops)}), http.StatusOK, "")
 	if n := testutil.ToFloat64(e.Metrics.AuthReloadErrors); n != 1 {
 		t.Errorf("baton_auth_reload_errors_total %v, want 1", n)
+	}
+	if !strings.Contains(e.Logs.String(), `"revoked":["newcomer"]`) {
+		t.Errorf("the log does not name the revoked key:\n%s", e.Logs.String())
 	}
 }
 

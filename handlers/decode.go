@@ -18,9 +18,9 @@ const maxBody = 16 << 10
 
 // decodeJSON reads an optional JSON object into dst: an empty body leaves dst as
 // it is (all defaults). It rejects a body over 16 KiB (*http.MaxBytesError), one
-// that does not arrive in time (errBodyTimeout), a Content-Type other than JSON
-// (errUnsupportedMedia), and a body cut short, malformed JSON, unknown fields,
-// wrong types and trailing data (*validationError).
+// that does not arrive in time (errBodyTimeout), a body (even blank) without a
+// JSON Content-Type (errUnsupportedMedia), and a body cut short, malformed
+// JSON, unknown fields, wrong types and trailing data (*validationError).
 func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 	var tooLarge *http.MaxBytesError
@@ -35,14 +35,14 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
 		info.bodySum = hex.EncodeToString(sum[:])
 		info.bodyRead = true
 	}
-	if len(bytes.TrimSpace(data)) == 0 {
+	if len(data) == 0 {
 		return nil
 	}
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-			return errUnsupportedMedia
-		}
+	if !jsonMediaType(r.Header.Get("Content-Type")) {
+		return errUnsupportedMedia
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -53,6 +53,23 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, dst any) error {
 		return &validationError{detail: "The body must hold one JSON object and nothing after it."}
 	}
 	return nil
+}
+
+// jsonMediaType reports whether a Content-Type value is JSON: application/json
+// or a +json type, with any parameters.
+//
+// A body must say so. Without a Content-Type, or with text/plain, a browser
+// sends a cross-origin POST without asking the server first (no CORS
+// preflight), so a web page could take a lock on a Baton its visitor reaches.
+func jsonMediaType(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
+}
+
+// hasBody reports whether a request comes with a body: a Content-Length above
+// 0, or a chunked one (which may turn out empty).
+func hasBody(r *http.Request) bool {
+	return r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0
 }
 
 func decodeError(err error) error {

@@ -2,11 +2,13 @@ package handlers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 
 	"github.com/rs/zerolog"
 
+	"github.com/batonhq/baton/auth"
 	"github.com/batonhq/baton/store"
 )
 
@@ -27,8 +29,13 @@ func (s *server) acquire() http.Handler {
 		if applied != "" {
 			w.Header().Set("Preference-Applied", applied)
 		}
+		mayRead := principalOf(r) == nil || principalOf(r).Can(auth.ActionRead, name)
 		s.serveWait(w, r, ar.Wait, func(ctx context.Context, done func(reply)) {
 			s.store.AcquireFunc(ctx, ar, func(res store.AcquireResult, err error) {
+				var held *store.HeldError
+				if !mayRead && errors.As(err, &held) {
+					err = errHeldUnseen // a key that may not read the lock learns nothing of its holder
+				}
 				done(func(w http.ResponseWriter, log *zerolog.Logger) { writeAcquired(w, log, res, err) })
 			})
 		})

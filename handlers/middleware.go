@@ -19,7 +19,9 @@ import (
 )
 
 // requestID echoes a sane X-Request-Id or makes one, sets Cache-Control: no-store
-// on every response, and puts a logger carrying the id in the request context.
+// and X-Content-Type-Options: nosniff (no browser reads a JSON answer as a page
+// or a script) on every response, and puts a logger carrying the id in the
+// request context.
 func (s *server) requestID(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := r.Header.Get("X-Request-Id")
@@ -33,6 +35,7 @@ func (s *server) requestID(next http.Handler) http.Handler {
 		h := w.Header()
 		h.Set("X-Request-Id", id)
 		h.Set("Cache-Control", "no-store")
+		h.Set("X-Content-Type-Options", "nosniff")
 		log := s.log.With().Str("request_id", id).Logger()
 		ctx := context.WithValue(log.WithContext(r.Context()), requestIDKey{}, id)
 		next.ServeHTTP(w, r.WithContext(ctx))
@@ -96,6 +99,9 @@ func (s *server) record(id, traceID, method, route, principal string, code, byte
 	elapsed := time.Since(start)
 	s.m.Requests.WithLabelValues(route, m, status, principal).Inc()
 	s.m.Duration.WithLabelValues(route, m, status).Observe(elapsed.Seconds())
+	if code == http.StatusUnauthorized {
+		return // its audit line, or the summary of a burst of them, is its log (audit.go)
+	}
 	ev := s.log.Info()
 	if traceID != "" {
 		ev = ev.Str("trace_id", traceID)

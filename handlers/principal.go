@@ -2,7 +2,7 @@ package handlers
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -84,7 +84,7 @@ func (s *server) need(a auth.Action, h http.Handler) http.Handler {
 		if s.guard != nil {
 			var err error
 			if p, err = s.guard.Authenticate(r); err != nil {
-				s.audit(r, auth.Anonymous, "unauthorized", err)
+				s.refusals.unauthorized(r, err)
 				w.Header().Set("WWW-Authenticate", auth.Challenge)
 				s.fail(w, r, err)
 				return
@@ -100,6 +100,10 @@ func (s *server) need(a auth.Action, h http.Handler) http.Handler {
 		if err := s.authorize(r, p, a); err != nil {
 			s.audit(r, p.Name(), "forbidden", err)
 			s.fail(w, r, err)
+			return
+		}
+		if hasBody(r) && !jsonMediaType(r.Header.Get("Content-Type")) { // on routes that read none too
+			s.fail(w, r, errUnsupportedMedia)
 			return
 		}
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
@@ -126,33 +130,44 @@ func (s *server) authorize(r *http.Request, p *auth.Principal, a auth.Action) er
 	return p.Authorize(a, name)
 }
 
-// audit logs a refusal or a force release with who, where from and which route.
+// audit logs a refusal (403) or a force release with who, where from and
+// which route; 401s go through s.refusals.
 func (s *server) audit(r *http.Request, principal, what string, err error) {
-	ev := s.log.Info()
-	if what != "force" {
-		ev = s.log.Warn()
-	}
-	route := chi.RouteContext(r.Context()).RoutePattern()
-	ev = ev.Bool("audit", true).Str("event", what).Str("principal", principal).Str("route", route).
-		Str("peer", r.RemoteAddr).Str("request_id", requestIDOf(r))
-	if err != nil {
-		ev = ev.Str("reason", err.Error())
-	}
-	ev.Msg("audit")
+	auditLine(s.log, r, principal, what, err)
 }
 
 // waitSlot counts a long-poll against the principal's max_waiters for as long
-// as it waits; release must be called when it ends. Errors: errTooManyWaiters.
+// as it waits; release must be called when it ends. Errors: *keyWaitersError.
 func waitSlot(r *http.Request, wait time.Duration) (release func(), err error) {
 	p := principalOf(r)
 	if wait <= 0 || p == nil {
 		return func() {}, nil
 	}
 	if !p.AcquireWaiter() {
-		return nil, errKeyWaiters
+		n, byDefault := p.MaxWaiters()
+		return nil, &keyWaitersError{principal: p.Name(), max: n, byDefault: byDefault}
 	}
 	return p.ReleaseWaiter, nil
 }
 
-// errKeyWaiters: the key's long-polls are at its max_waiters.
-var errKeyWaiters = errors.New("key's waiter limit reached")
+// keyWaitersError: the key's long-polls in this process are at its
+// max_waiters (its own, or the server's default for keys without one).
+type keyWaitersError struct {
+	principal string
+	max       int
+	byDefault bool
+}
+
+func (e *keyWaitersError) Error() string {
+	return fmt.Sprintf("key %q holds its %d waiting requests", e.principal, e.max)
+}
+
+// detail is the 429's detail: which cap, how big, and where it is set.
+func (e *keyWaitersError) detail() string {
+	where := "its max_waiters in the keys file"
+	if e.byDefault {
+		where = "BATON_KEY_MAX_WAITERS, the server's max_waiters for keys that set none"
+	}
+	return fmt.Sprintf("API key %q already has %d waiting requests (long-polls) on this server, its limit (%s); "+
+		"retry after Retry-After seconds, or wait less at once.", e.principal, e.max, where)
+}

@@ -35,6 +35,9 @@ var (
 	errUnsupportedMedia = errors.New("unsupported media type")
 	errNotFound         = errors.New("no such route")
 	errMethodNotAllowed = errors.New("method not allowed")
+	// errHeldUnseen is a 423 for a key without read on the lock: its owner,
+	// ttl and waiters are what GET would show, which that key gets 403 for.
+	errHeldUnseen = errors.New("lock held")
 )
 
 // validationError is a 400 invalid-request; fields maps each bad field to why.
@@ -59,6 +62,7 @@ func writeError(w http.ResponseWriter, log *zerolog.Logger, err error) {
 	var limit *store.LimitError
 	var limited *rateLimited
 	var tooLarge *http.MaxBytesError
+	var keyWaiters *keyWaitersError
 	switch {
 	case errors.As(err, &verr):
 		p = kind("invalid-request", 400, "Invalid request", verr.detail)
@@ -73,7 +77,9 @@ func writeError(w http.ResponseWriter, log *zerolog.Logger, err error) {
 		p = kind("body-too-large", 413, "Body too large", "Request bodies are limited to 16 KiB.")
 	case errors.Is(err, errUnsupportedMedia):
 		p = kind("unsupported-media-type", 415, "Unsupported media type",
-			"Send the body as JSON with Content-Type: application/json.")
+			"A request body must be JSON sent with Content-Type: application/json (curl: --json '{...}', or "+
+				"-H 'Content-Type: application/json' -d '{...}'); a body without one is refused, even a blank one. "+
+				"Send no body at all for all defaults.")
 	case errors.Is(err, store.ErrLeaseNotHeld):
 		p = kind("lease-not-held", 404, "Lease not held",
 			"This lease is not held: it expired, was released, was taken by force, or never existed.")
@@ -95,16 +101,23 @@ func writeError(w http.ResponseWriter, log *zerolog.Logger, err error) {
 		ttl := held.TTL.Milliseconds()
 		p.TTLms, p.Owner, p.Waiters = &ttl, &held.Owner, &held.Waiters
 		w.Header().Set("Retry-After", strconv.FormatInt(max(1, (ttl+999)/1000), 10))
+	case errors.Is(err, errHeldUnseen):
+		p = kind("lock-held", 423, "Lock held", "The lock is held by someone else and was not granted within wait_ms. "+
+			"Its holder, time left and queue are shown only to keys that may read the lock.")
+		w.Header().Set("Retry-After", "1")
 	case errors.Is(err, errUnauthorized):
 		p = kind("unauthorized", 401, "Unauthorized", err.Error())
+		// A client without a valid key keeps no connection: thousands held
+		// open after their 401 cost a goroutine and buffers each until the
+		// idle timeout.
+		w.Header().Set("Connection", "close")
 	case errors.Is(err, errForbidden):
 		p = kind("forbidden", 403, "Forbidden", err.Error()+".")
 	case errors.As(err, &limited):
 		p = kind("rate-limited", 429, "Rate limited", "This API key is over its rate_per_s; retry after Retry-After seconds.")
 		w.Header().Set("Retry-After", strconv.FormatInt(max(1, int64(limited.after.Seconds())), 10))
-	case errors.Is(err, errKeyWaiters):
-		p = kind("too-many-waiters", 429, "Too many waiters",
-			"This API key holds its max_waiters of waiting requests on this server; retry shortly.")
+	case errors.As(err, &keyWaiters):
+		p = kind("too-many-waiters", 429, "Too many waiters", keyWaiters.detail())
 		w.Header().Set("Retry-After", "1")
 	case errors.Is(err, store.ErrSessionNotFound):
 		p = kind("session-not-found", 404, "Session not found",
@@ -117,7 +130,7 @@ func writeError(w http.ResponseWriter, log *zerolog.Logger, err error) {
 			"This Idempotency-Key was used with another request body; a retry must send the same body.")
 	case errors.Is(err, store.ErrTooManyWaiters):
 		p = kind("too-many-waiters", 429, "Too many waiters",
-			"This server holds its maximum number of waiting requests; retry shortly.")
+			"This server holds its maximum number of waiting requests (long-polls), BATON_MAX_WAITERS, for all clients together; retry shortly.")
 		w.Header().Set("Retry-After", "1")
 	case errors.Is(err, store.ErrOverloaded):
 		p = kind("overloaded", 503, "Overloaded",

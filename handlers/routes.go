@@ -62,6 +62,9 @@ type Deps struct {
 	// Lot parks the connections of long-polls while they wait (package park);
 	// nil keeps every request on net/http's goroutine.
 	Lot *park.Lot
+	// Draining is closed when the server starts shutting down: from then on
+	// /readyz answers 503 at once, whatever its cached answer says. Nil: never.
+	Draining <-chan struct{}
 }
 
 type server struct {
@@ -72,12 +75,17 @@ type server struct {
 	spec   []byte
 	guard  *auth.Guard
 	lot    *park.Lot
+	// refusals logs the audit lines of 401s, rate-limited (audit.go).
+	refusals *refusalLog
+	ready    readiness // /readyz's cached answer (ops.go)
+	draining <-chan struct{}
 }
 
 // NewServer returns the HTTP handler for the whole API. Every route is here, in
 // the order of api/openapi.yaml, with the action (access control) it needs.
 func NewServer(d Deps) http.Handler {
-	s := &server{store: d.Store, limits: d.Limits, log: d.Logger, m: d.Metrics, spec: d.Spec, guard: d.Guard, lot: d.Lot}
+	s := &server{store: d.Store, limits: d.Limits, log: d.Logger, m: d.Metrics, spec: d.Spec, guard: d.Guard, lot: d.Lot,
+		refusals: newRefusalLog(d.Logger), draining: d.Draining}
 	r := chi.NewRouter()
 	if d.Tracer != nil {
 		r.Use(traced(d.Tracer, d.Propagator))

@@ -74,9 +74,9 @@ local function acquire_reenter(L, now, ARGV)
 end
 
 -- acquire_replay answers from an Idempotency-Key's record rec: what it made,
--- to its maker's own later attempt as made, to anyone else as replayed (and
--- the hold counts as told). nil: the record's maker made nothing that lives,
--- and this is the maker: go on as a fresh attempt.
+-- to its maker's own later attempt as made, to anyone else as replayed (handed
+-- to this request: its undo takes it back). nil: the record's maker made
+-- nothing that lives, and this is the maker: go on as a fresh attempt.
 local function acquire_replay(L, now, ARGV, rec)
   local own, pid, tkey = rec[4] == ARGV[9], ARGV[14], tprefix .. ARGV[10]
   if rec[2] == 'h' then
@@ -85,13 +85,13 @@ local function acquire_replay(L, now, ARGV, rec)
       if own then
         return hold_reply('granted', now, h)
       end
-      hand_out(L, h, now, true, '')
+      hand_out(L, h, now, false, ARGV[9])
       return hold_reply('replayed', now, h)
     end
   elseif rec[2] == 't' then
     local _, h = find(L, ARGV[11], now)
     if h then
-      hand_out(L, h, now, not own, pid)
+      hand_out(L, h, now, false, pid)
       if own then
         return hold_reply('ticket_granted', now, h)
       end

@@ -45,10 +45,12 @@
 -- character): lh, d (deadline, Redis ms), c (count), f (fence), ttl (of the
 -- last grant or renewal), at (grant time), by (the principal), told ('1' once
 -- an answer other than its maker's handed it out: a replay, a re-entry, a
--- renewal; no undo ends it then), tk (the ticket hash while a handoff waits
--- for its claim), pc (the polls it was handed to, comma-separated: each poll
--- whose answer did not reach its client takes itself out, and a grant left
--- with none goes back to waiting for a claim), mk (the request that made it),
+-- renewal, a session's look; no undo ends it then; 'f' once its maker's answer
+-- failed while other answers had it), tk (the ticket hash while a handoff
+-- waits for its claim), pc (the other answers it was handed to, by id, comma-
+-- separated: each whose client did not get it takes itself out; a hold left
+-- with none, and no maker's answer, ends, or a grant waits for a claim again),
+-- mk (the request that made it),
 -- ik (its Idempotency-Key record), sd, ss, sm (a session's hold: the
 -- session's deadline, hash and member), lim (shared: its limit; '' exclusive),
 -- owner. A hold lives while Redis time <= d: expiry runs no script, so every
@@ -124,7 +126,15 @@ local LOCK -- the lock string's pattern; made on first use
 -- The lock's string is read once per call into L, and written back (flush)
 -- when a script changed it (L.dirty).
 local function load(now)
-  local v = redis.call('GET', lock)
+  local v = redis.pcall('GET', lock)
+  if type(v) == 'table' and v.err then
+    -- Not a string: the lock of an earlier version of Baton (a hash). Its
+    -- gateways must be stopped before this version starts (README:
+    -- upgrading); what they left is dropped. Fences still grow: the time floor
+    -- is above every fence they issued.
+    redis.call('DEL', lock)
+    v = false
+  end
   if not v then
     return {f = 0, w = 0, qe = 0, n = 0, l = '0', m = 0, sx = 0, x = false, q = false, dirty = false}
   end
@@ -647,18 +657,27 @@ local function without_item(l, w)
   return table.concat(out, ',')
 end
 
--- hand_out marks a hold handed to an answer: told (a replay, a re-entry, a
--- renewal: no undo ends it now), or to the poll pid (whose answer may yet not
--- reach its client: its undo takes only itself out). A handoff waiting for its
+-- MAX_HANDED bounds a hold's list of answers handed out: past it, the hold
+-- counts as told (a client asking for it again and again has it).
+local MAX_HANDED = 4
+
+-- hand_out marks a hold handed to an answer other than its maker's: proven
+-- (a re-entry, a renewal, a session's look: its owner has it, and no undo ends
+-- it now), or handed to the answer id (a poll's id, a replay's maker id) whose
+-- client may yet not get it: that answer's undo takes only itself out, and the
+-- hold ends (or, a ticket's grant, waits for its claim again) only once its
+-- maker's answer and every answer handed out failed. A handoff waiting for its
 -- claim is claimed, at its full ttl.
-local function hand_out(L, h, now, told, pid)
-  if told then
+local function hand_out(L, h, now, proven, id)
+  if proven then
     h.told, h.pc = '1', ''
-  elseif pid ~= '' and h.told ~= '1' and not has_item(h.pc, pid) then
+  elseif id ~= '' and h.told ~= '1' and not has_item(h.pc, id) then
     if h.pc == '' then
-      h.pc = pid
+      h.pc = id
+    elseif select(2, string.gsub(h.pc, ',', '')) + 1 >= MAX_HANDED then
+      h.told, h.pc = '1', '' -- handed out again and again: somebody has it
     else
-      h.pc = h.pc .. ',' .. pid
+      h.pc = h.pc .. ',' .. id
     end
   end
   if h.tk ~= '' then

@@ -35,7 +35,9 @@ local function session_member(L, now, op, by, ttl, lh, th, tlh)
   elseif queued then
     out[1] = 'queued'
   end
-  if op == 'end' then -- the reply still says what was there: what this ended
+  if op == 'look' and h then
+    hand_out(L, h, now, true, '') -- its owner is shown its lease: never undone now
+  elseif op == 'end' then -- the reply still says what was there: what this ended
     if h then
       end_hold(L, kind, h, now)
       return out, true
@@ -45,8 +47,12 @@ local function session_member(L, now, op, by, ttl, lh, th, tlh)
     end
   elseif op == 'renew' then
     if h then
+      local before = h.d
       h.ttl, h.tk, h.sd = ttl, '', str(now + ttl)
       set_deadline(L, h, ttl, now)
+      if h.d < before then
+        announce(L, now, 'w:' .. str(h.d - now)) -- it now ends sooner than waiters were told
+      end
     elseif queued then
       redis.call('HSET', tkey, 'sd', str(now + ttl), 'ttl', ttl)
     end

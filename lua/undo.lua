@@ -5,11 +5,13 @@
 -- tombstone; and it ends only what the request itself made (its maker id, its
 -- poll id), so a copy of it run late, or twice, ends nothing anyone knows.
 --
--- The request's own hold (ARGV 2) ends unless told (a replay, a re-entry, a
--- renewal handed it out), and the Idempotency-Key record it made is forgotten
--- with it, so that the key's next request is a fresh one. Its ticket:
+-- The request's answer is taken out of the hold it made, or was handed (a
+-- replay): a hold ends once its maker's answer and every other answer it was
+-- handed to failed, unless it was proven told (a re-entry, a renewal, a
+-- session's look); then the Idempotency-Key record that named it is
+-- forgotten, so that the key's next request is a fresh one. Its ticket:
 --   'drop'  nobody can ever learn the ticket (a fair request without a key):
---           it leaves the queue, and its grant ends unless told;
+--           it leaves the queue, and its grant ends as the hold does;
 --   'poll'  its owner knows it, or can learn it with its key: the poll (or the
 --           wait) ARGV 6 no longer keeps it alive; a grant handed to that poll
 --           forgets it, and a grant left handed to no poll and told to nobody
@@ -24,7 +26,7 @@
 --       3 ticket hash, or ''
 --       4 the lease hash that ticket is granted under, or ''
 --       5 maker: the request's id
---       6 poll id (with 'poll')
+--       6 poll id: the request's own wait ('drop', 'poll')
 --       7 by: the principal of the request
 --       8 ticket ttl ms
 --       9 Idempotency-Key record hash, or ''
@@ -33,40 +35,70 @@
 --                     left the queue), 'unclaimed' (a grant waits for its claim
 --                     again), 'passed' (that grant passed on), 'queued' (still
 --                     queued, one poll fewer), 'kept' (told, or handed to
---                     another poll), 'none'
+--                     another answer still out), 'none'
 
--- undo_hold ends the request's own hold (unless told) and forgets its record;
--- with drop, its ticket and that ticket's grant too. Returns what it did and
--- whether the queue or the holds changed.
-local function undo_hold(L, now, ARGV, drop)
-  local mk, what, ended, told = ARGV[5], 'none', false, false
-  local hashes = {ARGV[2]}
-  if drop then
-    hashes[2] = ARGV[4]
+-- undo_one takes the answer of request mk (its maker's, or one it was handed
+-- to) out of hold h (and the request's own poll skip, from a grant to its
+-- ticket), and ends the hold when no
+-- answer that had it is left: its maker's failed (told 'f', or mk is its
+-- maker) and no other answer it was handed to is outstanding. A hold told for
+-- proven is kept. Returns whether it ended the hold.
+local function undo_one(L, now, kind, h, mk, skip)
+  if h.told == '1' then
+    return false
   end
-  for _, lh in ipairs(hashes) do
+  if skip ~= '' then -- the request's own poll, in the list of a grant to its ticket
+    h.pc = without_item(h.pc, skip)
+  end
+  local maker = h.mk == mk
+  if not maker and not has_item(h.pc, mk) then
+    return false -- neither made by this request nor handed to it
+  end
+  h.pc = without_item(h.pc, mk)
+  if maker then
+    h.told = 'f'
+  end
+  if h.told == 'f' and h.pc == '' then
+    end_hold(L, kind, h, now)
+    return true
+  end
+  put(L, h, now)
+  return false
+end
+
+-- undo_hold takes the request's answer out of its own hold (and, with drop,
+-- of its ticket's grant, and drops its ticket), ending what nobody has; and
+-- forgets the Idempotency-Key record of a hold it ended. Returns what it did
+-- and whether the queue or the holds changed.
+local function undo_hold(L, now, ARGV, drop)
+  local mk, what, ended = ARGV[5], 'none', false
+  local hashes, skips = {ARGV[2]}, {''}
+  if drop then
+    hashes[2], skips[2] = ARGV[4], ARGV[6]
+  end
+  for i, lh in ipairs(hashes) do
     local kind, h = find(L, lh, now)
-    if h and h.mk == mk then
-      if h.told == '1' then
-        told = true
-      else
-        end_hold(L, kind, h, now)
-        what, ended = 'released', true
+    if h and undo_one(L, now, kind, h, mk, skips[i]) then
+      what, ended = 'released', true
+      local rkey = iprefix .. ARGV[9]
+      if ARGV[9] ~= '' and redis.call('HGET', rkey, 'h') == lh then
+        redis.call('DEL', rkey) -- ended because nobody was told of it: a retry with the key is a fresh request
       end
+    elseif h and what == 'none' then
+      what = 'kept'
     end
   end
   local th = ARGV[3]
   if drop and th ~= '' and redis.call('HGET', tprefix .. th, 'mk') == mk then
     drop_ticket(L, th, tprefix .. th)
     head_ticket(L)
-    if what == 'none' then
+    if ARGV[9] ~= '' and redis.call('HGET', iprefix .. ARGV[9], 'm') == mk then
+      redis.call('DEL', iprefix .. ARGV[9])
+    end
+    if what == 'none' or what == 'kept' then
       what = 'cancelled'
     end
     ended = true
-  end
-  local rkey = iprefix .. ARGV[9]
-  if ARGV[9] ~= '' and not told and redis.call('HGET', rkey, 'm') == mk then
-    redis.call('DEL', rkey)
   end
   return what, ended
 end
@@ -90,7 +122,7 @@ local function undo_poll(L, now, ARGV)
     return 'kept'
   end
   h.pc = without_item(h.pc, pid)
-  if h.pc ~= '' then
+  if h.pc ~= '' then -- another answer had it too
     put(L, h, now)
     return 'kept'
   end
@@ -118,7 +150,7 @@ local function undo(KEYS, ARGV)
   end
   if ARGV[1] == 'poll' then
     local w = undo_poll(L, now, ARGV)
-    if what == 'none' then
+    if what == 'none' or what == 'kept' then
       what = w
     end
   end

@@ -33,6 +33,9 @@ type Metrics struct {
 	CallsQueued      prometheus.Gauge
 	QueueWait        prometheus.Histogram
 	Overloaded       *prometheus.CounterVec // reason
+	Conns            prometheus.Gauge // open client connections
+	ConnsMax         prometheus.Gauge // BATON_MAX_CONNS
+	ConnsRefused     prometheus.Counter
 
 	redisDown atomic.Pointer[func() bool] // RedisDown's probe
 }
@@ -82,7 +85,7 @@ func New() *Metrics {
 		}),
 		AuthReloadErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "baton_auth_reload_errors_total",
-			Help: "Reloads of the keys file (SIGHUP or a change) that failed; the previous keys stayed in force.",
+			Help: "Reloads of the keys file (SIGHUP or a change) that failed: nothing was added or changed, and keys gone from the file were revoked.",
 		}),
 		Undos: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "baton_abandoned_undone_total",
@@ -110,6 +113,18 @@ func New() *Metrics {
 		Name: "baton_overloaded_total",
 		Help: "Redis calls refused, before anything was sent, because this process was past its bounds (each answered 503 overloaded), by reason: queue_full (BATON_MAX_QUEUED_CALLS calls waited already), queue_wait (one waited BATON_MAX_QUEUE_WAIT), pool_timeout (go-redis's pool had no connection in time).",
 	}, []string{"reason"})
+	m.Conns = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "baton_connections",
+		Help: "Client connections open now (parked long-polls and idle keep-alives included).",
+	})
+	m.ConnsMax = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "baton_connections_max",
+		Help: "The most client connections this process keeps open at once (BATON_MAX_CONNS); beyond it, new ones are closed at once.",
+	})
+	m.ConnsRefused = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "baton_connections_refused_total",
+		Help: "Client connections closed as soon as accepted because BATON_MAX_CONNS were open.",
+	})
 	redisUp := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "baton_redis_up",
 		Help: "1 while Redis answers as far as this process knows; 0 from a call that could not reach it until a probe gets an answer (the store's health gate).",
@@ -121,7 +136,7 @@ func New() *Metrics {
 	})
 	m.Registry.MustRegister(m.Requests, m.Duration, m.Acquires, m.Waiters, m.Handoff,
 		m.RedisErrors, m.PubSubReconnects, m.PubSubConns, m.WaitUnacked, m.AuthReloadErrors, m.Undos, m.BodyReadTimeouts,
-		m.WaitersMax, m.CallsQueued, m.QueueWait, m.Overloaded, redisUp,
+		m.WaitersMax, m.CallsQueued, m.QueueWait, m.Overloaded, m.Conns, m.ConnsMax, m.ConnsRefused, redisUp,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -84,7 +85,7 @@ func (s *Store) tries(ctx context.Context, c call) (reply, error) {
 			// (the Redis clock stepped): sample it again, and try once more.
 			if attempt == 0 {
 				if clk, rc := s.clockOf(c.keys[0]); clk != nil {
-					sampleClock(context.WithoutCancel(ctx), rc, clk)
+					sampleClock(context.WithoutCancel(ctx), rc, clk, true)
 				}
 				continue
 			}
@@ -104,6 +105,7 @@ func (s *Store) tries(ctx context.Context, c call) (reply, error) {
 		ran = true
 		if !c.timeless {
 			wait(st.passed)
+			s.confirmPast(c.keys[0], st.notAfter)
 		}
 		if c.again && attempt == 0 && ctx.Err() == nil && !s.opt.Gate.Down() {
 			continue
@@ -136,6 +138,38 @@ func (s *Store) send(ctx context.Context, c call) (st stamp, rep reply, err, raw
 	t.leave(raw == nil)
 	return st, rep, err, raw, true
 }
+
+// confirmPast waits until key's Redis reads a time past notAfter: the
+// estimate said so, but either clock may have stepped since it was made (an
+// NTP step, a failover to a host whose clock is behind). Bounded by
+// confirmPastFor; a Redis that does not answer leaves the estimate's word.
+func (s *Store) confirmPast(key, notAfter string) {
+	na, err := strconv.ParseInt(notAfter, 10, 64)
+	clk, c := s.clockOf(key)
+	if err != nil || clk == nil {
+		return
+	}
+	give := time.Now().Add(confirmPastFor)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		now, err := c.Time(ctx).Result()
+		cancel()
+		if err != nil || now.UnixMilli() > na {
+			return
+		}
+		if time.Now().After(give) {
+			s.opt.Logger.Warn().Dur("behind", time.Duration(na-now.UnixMilli())*time.Millisecond).
+				Msg("the Redis clock stepped back: deciding a call's outcome before its deadline passed there")
+			return
+		}
+		time.Sleep(time.Duration(na-now.UnixMilli()+1) * time.Millisecond)
+		sampleClock(context.Background(), c, clk, true) // the estimate was off: take a new one
+	}
+}
+
+// confirmPastFor bounds how long confirmPast waits for a Redis clock that
+// stepped back.
+const confirmPastFor = time.Minute
 
 // attempt sends a call once. raw is the client's error when it got no reply.
 // The call does not end when the request's client goes away (its context

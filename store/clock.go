@@ -25,9 +25,15 @@ import (
 // decided at most this long (plus the bound) after the call was sent.
 const callBudget = 1500 * time.Millisecond
 
-// maxClockError is the widest error bound the store stamps with; past it, it
-// refuses the call (ErrUnavailable) and samples the clock again.
-const maxClockError = 200 * time.Millisecond
+// A wide error bound costs only time, never safety: a call's deadline is
+// taken to have passed on Redis only 2 bounds after it has on the estimate. So
+// the store stamps with any bound up to maxClockError (past it a call could
+// reach Redis already expired: it refuses, ErrUnavailable), and samples the
+// clock again, in the background, once the bound passes resampleError.
+const (
+	maxClockError = callBudget / 2
+	resampleError = 50 * time.Millisecond
+)
 
 // clockEvery is how often the offset is sampled; clockDriftPPM bounds how far
 // the two clocks may drift apart between samples.
@@ -38,8 +44,9 @@ const (
 
 // redisClock is one server's clock: an estimate and when it was made.
 type redisClock struct {
-	mu     sync.Mutex // one sample at a time
-	sample atomic.Pointer[clockSample]
+	mu       sync.Mutex // one sample at a time
+	sample   atomic.Pointer[clockSample]
+	sampling atomic.Bool // a background resample is under way
 }
 
 type clockSample struct {
@@ -77,38 +84,48 @@ func (s *Store) stamp(ctx context.Context, key string) (stamp, error) {
 	}
 	cs := clk.sample.Load()
 	if cs == nil {
-		sampleClock(ctx, c, clk)
+		sampleClock(ctx, c, clk, true)
 		if cs = clk.sample.Load(); cs == nil {
 			return stamp{}, fmt.Errorf("%w: the Redis clock cannot be read", ErrUnavailable)
 		}
 	}
 	now := time.Now()
 	b := cs.bound(now)
+	if b > resampleError && clk.sampling.CompareAndSwap(false, true) {
+		go func() {
+			defer clk.sampling.Store(false)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			sampleClock(ctx, c, clk, false)
+		}()
+	}
 	if b > maxClockError {
-		go s.syncClock(context.WithoutCancel(ctx))
 		return stamp{}, fmt.Errorf("%w: the Redis clock's estimate is off by up to %v", ErrUnavailable, b)
 	}
-	notAfter := now.Add(cs.offset + callBudget)
+	// Redis's time at the sample, plus the time since on this process's
+	// monotonic clock: a step of its wall clock since changes nothing.
+	notAfter := cs.at.Add(cs.offset + now.Sub(cs.at) + callBudget)
 	return stamp{notAfter: strconv.FormatInt(notAfter.UnixMilli(), 10), passed: now.Add(callBudget + 2*b + time.Millisecond)}, nil
 }
 
 // syncClock samples the offset with TIME (of every master, on a cluster).
 func (s *Store) syncClock(ctx context.Context) {
 	if s.topo == nil {
-		sampleClock(ctx, s.rdb, &s.clock)
+		sampleClock(ctx, s.rdb, &s.clock, false)
 		return
 	}
 	for _, addr := range s.topo.masters() {
 		v, _ := s.clocks.LoadOrStore(addr, &redisClock{})
-		sampleClock(ctx, s.topo.node(addr), v.(*redisClock))
+		sampleClock(ctx, s.topo.node(addr), v.(*redisClock), false)
 	}
 }
 
-// sampleClock takes one sample, which replaces the last unless the last is
-// tighter and agrees with it: a sample taken while the process or Redis is
-// busy has a wide bound (its round trip), and must not make every call be
-// refused until the next one; a clock that stepped is followed at once.
-func sampleClock(ctx context.Context, c redis.Cmdable, clk *redisClock) {
+// sampleClock takes one sample. It replaces the last one when force is set
+// (a call came back expired: the clock may have stepped), when it is the
+// narrower of the two now, or when the last one is older than clockStale; a
+// sample taken while the machine was slow (a wide round trip) does not spoil
+// a good estimate.
+func sampleClock(ctx context.Context, c redis.Cmdable, clk *redisClock, force bool) {
 	clk.mu.Lock()
 	defer clk.mu.Unlock()
 	t0 := time.Now()
@@ -118,24 +135,15 @@ func sampleClock(ctx context.Context, c redis.Cmdable, clk *redisClock) {
 	}
 	t1 := time.Now()
 	half := t1.Sub(t0) / 2
-	next := &clockSample{offset: tm.Sub(t0.Add(half)), err: half, at: t0.Add(half)}
-	if last := clk.sample.Load(); last != nil && !next.replaces(last, t1) {
+	cs := &clockSample{offset: tm.Sub(t0.Add(half)), err: half, at: t0.Add(half)}
+	if last := clk.sample.Load(); !force && last != nil && t1.Sub(last.at) < clockStale && last.bound(t1) < cs.bound(t1) {
 		return
 	}
-	clk.sample.Store(next)
+	clk.sample.Store(cs)
 }
 
-// replaces reports whether sample c should replace last at local time now:
-// when its bound is no wider, or when the two disagree by more than both
-// bounds together (the Redis clock stepped).
-func (c *clockSample) replaces(last *clockSample, now time.Time) bool {
-	cb, lb := c.bound(now), last.bound(now)
-	if cb <= lb {
-		return true
-	}
-	d := c.offset - last.offset
-	return d > cb+lb || -d > cb+lb
-}
+// clockStale is how old a sample may be and still be kept over a wider new one.
+const clockStale = 30 * time.Second
 
 // clockOf is the clock of the Redis that holds key, and a client of it; nil
 // when the key's master is not known yet (a cluster's slot map not loaded).
@@ -172,7 +180,7 @@ func (s *Store) syncNewClocks(ctx context.Context) {
 	for _, addr := range s.topo.masters() {
 		v, _ := s.clocks.LoadOrStore(addr, &redisClock{})
 		if clk := v.(*redisClock); clk.sample.Load() == nil {
-			sampleClock(ctx, s.topo.node(addr), clk)
+			sampleClock(ctx, s.topo.node(addr), clk, false)
 		}
 	}
 }

@@ -369,6 +369,17 @@ func (d *dispatcher) fire(c *channel) {
 	switch {
 	case err != nil:
 		d.arm(c, 50*time.Millisecond)
+	case !held:
+		// Free: the poke may have announced nothing (nobody's interest was
+		// left on the lock: its key ran out with a hold that outlived the
+		// fence guard). This process's own waiters look, as an 'r' makes them.
+		c.wakeOneAcquirer(false)
+		c.wakeOneAcquirer(true)
+		for _, w := range c.waiters {
+			if w.kind == kindWatch {
+				w.notify()
+			}
+		}
 	case held:
 		d.arm(c, pttl)
 		// Held at the lease's end: renewed, or taken by someone else after the

@@ -10,7 +10,8 @@ import (
 )
 
 // requestIDs are the ids an acquire is made under: its lease, and its ticket
-// should it queue. The lease id is random and the ticket's derived from it;
+// should it queue (a fair request). The lease id is random (the one random id
+// of a request) and the ticket's derived from it;
 // for an idempotent request both are derived from the principal, the lock and
 // the Idempotency-Key with the store's secret, so that a retry (or a
 // concurrent duplicate) lands on the same hold or ticket. A hold asked for in
@@ -20,7 +21,7 @@ type requestIDs struct {
 	lease, ticket string
 	lh, th, tlh   string // hashes of the lease, the ticket and the ticket's lease
 	ik            string // the idempotency record's hash; "" without a key
-	mk            string // the maker: this request, in each of its attempts
+	mk            string // the maker: this request, in each of its attempts ("" without a key: its lease is its own)
 	pid           string // names the request's own wait on its ticket
 
 	member    string        // the session member ("<nonce>:<name>"); "" without a session
@@ -30,7 +31,15 @@ type requestIDs struct {
 }
 
 func (s *Store) requestIDs(ctx context.Context, r AcquireRequest) (requestIDs, error) {
-	ids := requestIDs{mk: tag(), pid: tag()}
+	var ids requestIDs
+	if r.IdemKey != "" {
+		// Requests with one key share its hold's lease: the maker id tells
+		// them apart. Without a key the lease is the request's own ("").
+		ids.mk = tag()
+	}
+	if r.Fair {
+		ids.pid = tag() // names the request's own wait on its ticket
+	}
 	var base string
 	if r.IdemKey != "" {
 		secret, err := s.secret(ctx)
@@ -63,9 +72,14 @@ func (s *Store) requestIDs(ctx context.Context, r AcquireRequest) (requestIDs, e
 		ids.lease, ids.ticket = subID(base, "lease"), subID(base, "ticket")
 	default:
 		ids.lease = newID()
-		ids.ticket = subID(ids.lease, "ticket")
+		if r.Fair { // (a request that never queues needs no ticket)
+			ids.ticket = subID(ids.lease, "ticket")
+		}
 	}
-	ids.lh, ids.th, ids.tlh = hashID(ids.lease), hashID(ids.ticket), hashID(ticketLease(ids.ticket))
+	ids.lh = hashID(ids.lease)
+	if ids.ticket != "" {
+		ids.th, ids.tlh = hashID(ids.ticket), hashID(ticketLease(ids.ticket))
+	}
 	return ids, nil
 }
 

@@ -101,6 +101,9 @@ type Op struct {
 	Call     time.Time
 	Return   time.Time
 	Outcome  Outcome
+	// Lost marks an Unknown outcome whose answer was lost: a transport error
+	// or a 5xx, its client still there (not a 429, not a hang-up).
+	Lost bool
 
 	// Owner is the owner label an Acquire sent, unique to the request; a Poll or
 	// Cancel carries its ticket's. A hold in Redis names its request by it

@@ -20,6 +20,10 @@ type IdemResult struct {
 	// the key's record (a Loss), or the first hold had ended more than the
 	// grace before.
 	Excused int
+	// Fresh are second holds of one key made once the first, which no client
+	// was ever told of, was gone: Baton ends such a hold and forgets its key,
+	// and a retry is a fresh attempt (API.md, "Idempotency-Key").
+	Fresh int
 	// Wrong are the violations: a key that made a second hold, or an answer
 	// that repeats an earlier one's lease without saying it is a replay.
 	Wrong []string
@@ -41,6 +45,8 @@ type holdSeen struct {
 	granted time.Time // on the Redis clock; zero when unknown
 	end     time.Time // the latest moment it may have lasted to
 	sampled bool      // seen by the sampler (else only in answers)
+	seen    time.Time // the last reading that showed it
+	told    bool      // an answer reported it to a client
 }
 
 // Idempotency judges the acquires that carried an Idempotency-Key (API.md,
@@ -131,6 +137,7 @@ func Idempotency(ops []Op, samples []Sample, grace time.Duration) IdemResult {
 		if s.Held && labels[s.Owner] {
 			h := see(s.Lock, s.Owner, s.Fence)
 			h.sampled = true
+			h.seen = maxTime(h.seen, s.Got)
 			h.granted = s.GrantedAt
 			h.end = maxTime(h.end, s.Got.Add(s.PTTL))
 		}
@@ -142,7 +149,7 @@ func Idempotency(ops []Op, samples []Sample, grace time.Duration) IdemResult {
 	for _, o := range ops {
 		if (o.Kind == Acquire || o.Kind == Poll) && o.Outcome == OK && labels[o.Owner] {
 			h := see(o.Lock, o.Owner, o.Fence)
-			h.lease = o.Lease
+			h.lease, h.told = o.Lease, true
 			leaseOf[o.Lease] = h
 			if h.granted.IsZero() {
 				h.granted = o.AcquiredAt
@@ -197,10 +204,25 @@ func Idempotency(ops []Op, samples []Sample, grace time.Duration) IdemResult {
 				res.Excused++
 				continue
 			}
+			if !a.told && a.sampled && !b.granted.IsZero() && goneBefore(samples, a, b.granted) {
+				res.Fresh++
+				continue
+			}
 			res.Wrong = append(res.Wrong, fmt.Sprintf("the acquire labelled %s made two holds on %s: fence %d (lease %s, granted %s, "+
 				"ended by %s) and fence %d (lease %s, granted %s)", label, b.lock, a.fence, short(a.lease), clock(a.granted),
 				clock(a.end), b.fence, short(b.lease), clock(b.granted)))
 		}
 	}
 	return res
+}
+
+// goneBefore reports whether a reading of h's lock taken after the last one
+// that showed h, and before t, showed the lock without h: h had ended by t.
+func goneBefore(samples []Sample, h *holdSeen, t time.Time) bool {
+	for _, s := range samples {
+		if s.Lock == h.lock && s.Sent.After(h.seen) && !s.Got.After(t) {
+			return true
+		}
+	}
+	return false
 }

@@ -32,6 +32,7 @@ func TestIdempotency(t *testing.T) {
 		samples []Sample
 		wrong   int
 		excused int
+		fresh   int
 		used    int
 	}{
 		{name: "a lost answer, then the same lease replayed",
@@ -43,6 +44,16 @@ func TestIdempotency(t *testing.T) {
 			ops: []Op{keyed(lost(1, 0, 50), "k", "c1.1", 1, 0),
 				keyed(granted(grant(1, "B", 11, 100, 105, 1000), 102), "k", "c1.1", 2, 0)},
 			samples: []Sample{held(60, 10, "c1.1", 20)},
+			wrong:   1},
+		{name: "a fresh hold once Baton ended one nobody was told of",
+			ops: []Op{keyed(lost(1, 0, 50), "k", "c1.1", 1, 0),
+				keyed(granted(grant(1, "A", 11, 100, 105, 1000), 102), "k", "c1.1", 2, 0)},
+			samples: []Sample{held(60, 10, "c1.1", 20), free(80)},
+			fresh:   1},
+		{name: "a second hold beside one nobody was told of",
+			ops: []Op{keyed(lost(1, 0, 50), "k", "c1.1", 1, 0),
+				keyed(granted(grant(1, "A", 11, 100, 105, 1000), 102), "k", "c1.1", 2, 0)},
+			samples: []Sample{held(60, 10, "c1.1", 20), held(90, 10, "c1.1", 20), free(110)},
 			wrong:   1},
 		{name: "a second hold after Redis lost the key",
 			ops: []Op{keyed(lost(1, 0, 50), "k", "c1.1", 1, 0),
@@ -81,9 +92,9 @@ func TestIdempotency(t *testing.T) {
 				tt.samples[i].Owner = "c1.1"
 			}
 			r := Idempotency(tt.ops, tt.samples, time.Second)
-			if len(r.Wrong) != tt.wrong || r.Excused != tt.excused || r.Used != tt.used {
-				t.Fatalf("wrong %d (%s), excused %d, used %d; want %d, %d, %d", len(r.Wrong), strings.Join(r.Wrong, "; "),
-					r.Excused, r.Used, tt.wrong, tt.excused, tt.used)
+			if len(r.Wrong) != tt.wrong || r.Excused != tt.excused || r.Fresh != tt.fresh || r.Used != tt.used {
+				t.Fatalf("wrong %d (%s), excused %d, fresh %d, used %d; want %d, %d, %d, %d", len(r.Wrong), strings.Join(r.Wrong, "; "),
+					r.Excused, r.Fresh, r.Used, tt.wrong, tt.excused, tt.fresh, tt.used)
 			}
 		})
 	}

@@ -1,6 +1,6 @@
 // Command baton is Baton's command-line tool: it runs a command while holding
 // a lock, like flock(1) and `consul lock`, shows and watches locks, releases
-// them by force, and makes API keys.
+// them by force, makes API keys, and checks keys files.
 //
 //	baton [--url URL] [--key KEY] COMMAND [ARGS]
 //	baton lock [-s] [--limit N] [-n | -w SECONDS] [--ttl SECONDS] [--fair] [--owner LABEL]
@@ -9,6 +9,7 @@
 //	baton watch [--json] NAME
 //	baton release --force NAME
 //	baton keygen NAME [--allow 'GLOB=ACTION,ACTION']...
+//	baton keys check [--uid UID] FILE
 //
 // Exit status: see usage below, or `baton --help`.
 package main
@@ -53,6 +54,9 @@ Commands:
         release the lock whoever holds it (needs the admin right)
   keygen NAME [--allow 'GLOB=ACTION,ACTION']...
         make an API key named NAME, print it once, and print its keys-file entry
+  keys check [--uid UID] FILE
+        check a keys file before it is deployed: its errors, with their lines,
+        and whether others could write it (which the server refuses)
 
 Global flags (before or after COMMAND):
   --url URL              the Baton server (default: $BATON_URL, else http://localhost:8080)
@@ -113,6 +117,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return releaseCmd(args[1:], g, stdout, stderr)
 	case "keygen":
 		return keygen(args[1:], stdout, stderr)
+	case "keys":
+		return keysCmd(args[1:], stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "baton: unknown command %q\n\n%s", args[0], usage)
 		return exitUsage

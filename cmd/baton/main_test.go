@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -164,4 +165,68 @@ func authenticate(g *auth.Guard, key string) (*auth.Principal, error) {
 	r := httptest.NewRequest("GET", "/v1/locks/x", nil)
 	r.Header.Set("Authorization", "Bearer "+key)
 	return g.Authenticate(r)
+}
+
+// baton keys check says whether the server would load a keys file: a good one
+// lists its keys (never a key); a bad one prints every error with its line
+// and exits 1; so does one that others could write, with how to fix it.
+func TestKeysCheck(t *testing.T) {
+	dir := t.TempDir()
+	key, entry, _ := strings.Cut(must(baton(t, "keygen", "billing-web", "--allow", "billing:*=lock,read")), "\n")
+	good := filepath.Join(dir, "good.yaml")
+	write := func(path, content string, mode os.FileMode) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(path, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(good, "keys:\n"+entry+"    rate_per_s: 50\n", 0o600)
+	stdout, stderr, code := baton(t, "keys", "check", good)
+	if code != 0 || !strings.Contains(stdout, "1 keys, good") || !strings.Contains(stdout, "billing-web") ||
+		!strings.Contains(stdout, "billing:*=lock,read") || !strings.Contains(stdout, "rate_per_s 50") {
+		t.Errorf("a good file: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if strings.Contains(stdout+stderr, key) {
+		t.Error("the key is printed")
+	}
+
+	bad := filepath.Join(dir, "bad.yaml")
+	write(bad, "keys:\n"+strings.Replace(entry, "[lock, read]", "[lock, reed]", 1)+"  - name: Other\n", 0o600)
+	stdout, stderr, code = baton(t, "keys", "check", bad)
+	if code != 1 || !strings.Contains(stderr, `bad.yaml:6: key "billing-web": allow[0]: unknown action "reed"`) ||
+		!strings.Contains(stderr, "bad.yaml:7:") || !strings.Contains(stderr, "would be refused") || stdout != "" {
+		t.Errorf("a bad file: exit %d\nstdout %q\nstderr %s", code, stdout, stderr)
+	}
+
+	open := filepath.Join(dir, "open.yaml")
+	write(open, "keys:\n"+entry, 0o666)
+	if _, stderr, code := baton(t, "keys", "check", open); code != 1 || !strings.Contains(stderr, "mode 0666") || !strings.Contains(stderr, "chmod go-w") {
+		t.Errorf("a 0666 file: exit %d\n%s", code, stderr)
+	}
+	other := strconv.Itoa(os.Geteuid() + 1)
+	if os.Geteuid() == 0 {
+		if err := os.Chown(good, 4242, -1); err != nil {
+			t.Fatal(err)
+		}
+		other = "0"
+	}
+	if _, stderr, code := baton(t, "keys", "check", "--uid", other, good); code != 1 || !strings.Contains(stderr, "is owned by uid") {
+		t.Errorf("a file owned by someone else than --uid %s: exit %d\n%s", other, code, stderr)
+	}
+	if _, stderr, code := baton(t, "keys", "check", filepath.Join(dir, "missing.yaml")); code != 1 || !strings.Contains(stderr, "no such file") {
+		t.Errorf("a missing file: exit %d\n%s", code, stderr)
+	}
+	if _, stderr, code := baton(t, "keys", "check"); code != 2 || !strings.Contains(stderr, "usage: baton keys check") {
+		t.Errorf("no FILE: exit %d\n%s", code, stderr)
+	}
+}
+
+func must(stdout, _ string, code int) string {
+	if code != 0 {
+		panic(fmt.Sprintf("exit %d", code))
+	}
+	return stdout
 }

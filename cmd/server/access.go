@@ -19,7 +19,8 @@ import (
 // SIGHUP and when the file changes until ctx ends, and the TLS configuration
 // when certificate files are set (nil otherwise).
 func startAccess(ctx context.Context, cfg Config, log zerolog.Logger, met *metrics.Metrics) (*auth.Guard, *tls.Config, error) {
-	g, err := auth.NewGuard(auth.Config{File: cfg.AuthFile, Auth: cfg.Auth, Logger: log, ReloadErrors: met.AuthReloadErrors})
+	g, err := auth.NewGuard(auth.Config{File: cfg.AuthFile, Auth: cfg.Auth, Logger: log, ReloadErrors: met.AuthReloadErrors,
+		KeyMaxWaiters: cfg.keyMaxWaiters()})
 	if err != nil {
 		return nil, nil, fmt.Errorf("access control: %w", err)
 	}

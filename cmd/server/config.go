@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
+	"net/netip"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -13,15 +15,21 @@ import (
 
 // Config is read once from the environment (BATON_*); tests build it directly.
 type Config struct {
-	Addr            string        `envconfig:"ADDR" default:":8080"`
-	RedisURL        string        `envconfig:"REDIS_URL"`
-	KeyPrefix       string        `envconfig:"KEY_PREFIX" default:"baton"`
-	DefaultTTL      time.Duration `envconfig:"DEFAULT_TTL" default:"30s"`
-	MinTTL          time.Duration `envconfig:"MIN_TTL" default:"100ms"`
-	MaxTTL          time.Duration `envconfig:"MAX_TTL" default:"24h"`
-	MaxWait         time.Duration `envconfig:"MAX_WAIT" default:"60s"`
-	TicketTTL       time.Duration `envconfig:"TICKET_TTL" default:"10s"`
-	MaxWaiters      int           `envconfig:"MAX_WAITERS" default:"50000"`
+	Addr       string        `envconfig:"ADDR" default:":8080"`
+	RedisURL   string        `envconfig:"REDIS_URL"`
+	KeyPrefix  string        `envconfig:"KEY_PREFIX" default:"baton"`
+	DefaultTTL time.Duration `envconfig:"DEFAULT_TTL" default:"30s"`
+	MinTTL     time.Duration `envconfig:"MIN_TTL" default:"100ms"`
+	MaxTTL     time.Duration `envconfig:"MAX_TTL" default:"24h"`
+	MaxWait    time.Duration `envconfig:"MAX_WAIT" default:"60s"`
+	TicketTTL  time.Duration `envconfig:"TICKET_TTL" default:"10s"`
+	MaxWaiters int           `envconfig:"MAX_WAITERS" default:"50000"`
+	// KeyMaxWaiters is the max_waiters of a key that sets none; 0: a quarter
+	// of MaxWaiters (keyMaxWaiters).
+	KeyMaxWaiters int `envconfig:"KEY_MAX_WAITERS"`
+	// MaxConns bounds the client connections open at once; 0: three quarters
+	// of the open-file limit (maxConns).
+	MaxConns        int           `envconfig:"MAX_CONNS"`
 	LogLevel        string        `envconfig:"LOG_LEVEL" default:"info"`
 	LogFormat       string        `envconfig:"LOG_FORMAT" default:"json"`
 	ShutdownDelay   time.Duration `envconfig:"SHUTDOWN_DELAY" default:"1s"`
@@ -47,8 +55,10 @@ type Config struct {
 	TLSCertFile     string `envconfig:"TLS_CERT_FILE"`
 	TLSKeyFile      string `envconfig:"TLS_KEY_FILE"`
 	TLSClientCAFile string `envconfig:"TLS_CLIENT_CA_FILE"`
-	// DebugAddr, when set, serves Go's runtime profiles there (debug.go).
-	DebugAddr string `envconfig:"DEBUG_ADDR"`
+	// DebugAddr, when set, serves Go's runtime profiles there (debug.go): a
+	// loopback address, unless DebugAllowRemote.
+	DebugAddr        string `envconfig:"DEBUG_ADDR"`
+	DebugAllowRemote bool   `envconfig:"DEBUG_ALLOW_REMOTE"`
 	// Park is "on" (or empty) to park waiting long-polls' connections (park.go),
 	// "off" to keep each on net/http's goroutine while it waits.
 	Park string `envconfig:"PARK" default:"on"`
@@ -77,6 +87,42 @@ const (
 // maxMaxWait keeps the write timeout (MaxWait + longPollSlack) a valid
 // duration; past it, it would wrap around.
 var maxMaxWait = (time.Duration(math.MaxInt64) - longPollSlack).Truncate(time.Millisecond)
+
+// keyMaxWaiters is the max_waiters of a key that sets none: BATON_KEY_MAX_WAITERS,
+// or a quarter of BATON_MAX_WAITERS, so that one key cannot take every
+// long-poll a process allows.
+func (c Config) keyMaxWaiters() int {
+	if c.KeyMaxWaiters > 0 {
+		return c.KeyMaxWaiters
+	}
+	return max(1, c.MaxWaiters/4)
+}
+
+// loopbackHost reports whether a listen address's host is localhost or a
+// loopback address; "" (every interface) is not.
+func loopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	addr, err := netip.ParseAddr(host)
+	return err == nil && addr.Unmap().IsLoopback()
+}
+
+// defaultMaxConns is BATON_MAX_CONNS where the open-file limit is unknown.
+const defaultMaxConns = 10000
+
+// maxConns is BATON_MAX_CONNS, or three quarters of the open-file limit, so
+// that a flood of connections leaves descriptors for Redis, the keys file and
+// the certificates.
+func (c Config) maxConns() int {
+	if c.MaxConns > 0 {
+		return c.MaxConns
+	}
+	if n, ok := openFileLimit(); ok {
+		return int(max(1, min(n/4*3, 1<<30)))
+	}
+	return defaultMaxConns
+}
 
 // writeTimeout is the HTTP server's WriteTimeout: a long-poll that waited
 // MaxWait still has time to be answered.
@@ -125,6 +171,12 @@ func (c Config) validate() error {
 	if c.MaxQueueWait < time.Millisecond {
 		add("BATON_MAX_QUEUE_WAIT (%v) must be at least 1ms", c.MaxQueueWait)
 	}
+	if c.MaxConns < 0 {
+		add("BATON_MAX_CONNS must not be negative (0: three quarters of the open-file limit)")
+	}
+	if c.KeyMaxWaiters < 0 || c.KeyMaxWaiters > c.MaxWaiters {
+		add("BATON_KEY_MAX_WAITERS (%d) must be between 1 and BATON_MAX_WAITERS (%d), or 0 for a quarter of it", c.KeyMaxWaiters, c.MaxWaiters)
+	}
 	if c.LogFormat != "json" && c.LogFormat != "console" {
 		add("BATON_LOG_FORMAT must be json or console")
 	}
@@ -153,6 +205,13 @@ func (c Config) validate() error {
 	}
 	if c.FenceGuard < time.Second {
 		add("BATON_FENCE_GUARD (%v) must be at least 1s: it is the longest backward step of the Redis clock fences survive", c.FenceGuard)
+	}
+	if c.DebugAddr != "" && !c.DebugAllowRemote {
+		if host, _, err := net.SplitHostPort(c.DebugAddr); err == nil && !loopbackHost(host) {
+			add("BATON_DEBUG_ADDR (%s) is not a loopback address: the runtime profiles need no key and show every goroutine's "+
+				"stack and the heap. Use 127.0.0.1:PORT (or [::1]:PORT, localhost:PORT), or set BATON_DEBUG_ALLOW_REMOTE=true "+
+				"to serve them there, on a private network only", c.DebugAddr)
+		}
 	}
 	if c.Park != "" && c.Park != "on" && c.Park != "off" {
 		add("BATON_PARK must be on or off")

@@ -53,6 +53,18 @@ func TestValidate(t *testing.T) {
 		{name: "zero shutdown timeout", give: func(c *Config) { c.ShutdownTimeout = 0 }, want: "BATON_SHUTDOWN_TIMEOUT (0s) must be at least 8s"},
 		{name: "fence guard under 1s", give: func(c *Config) { c.FenceGuard = 999 * time.Millisecond }, want: "BATON_FENCE_GUARD (999ms) must be at least 1s"},
 		{name: "fence guard 1s", give: func(c *Config) { c.FenceGuard = time.Second }},
+		{name: "a key's waiters above the process's", give: func(c *Config) { c.MaxWaiters, c.KeyMaxWaiters = 20, 21 }, want: "BATON_KEY_MAX_WAITERS (21) must be between 1 and BATON_MAX_WAITERS (20)"},
+		{name: "negative key waiters", give: func(c *Config) { c.KeyMaxWaiters = -1 }, want: "BATON_KEY_MAX_WAITERS"},
+		{name: "a key may have all waiters", give: func(c *Config) { c.MaxWaiters, c.KeyMaxWaiters = 20, 20 }},
+		{name: "debug on loopback", give: func(c *Config) { c.DebugAddr = "127.0.0.1:6060" }},
+		{name: "debug on IPv6 loopback", give: func(c *Config) { c.DebugAddr = "[::1]:6060" }},
+		{name: "debug on localhost", give: func(c *Config) { c.DebugAddr = "localhost:6060" }},
+		{name: "debug on every interface", give: func(c *Config) { c.DebugAddr = ":6060" }, want: "BATON_DEBUG_ADDR (:6060) is not a loopback address"},
+		{name: "debug on 0.0.0.0", give: func(c *Config) { c.DebugAddr = "0.0.0.0:6060" }, want: "BATON_DEBUG_ALLOW_REMOTE=true"},
+		{name: "debug on a LAN address", give: func(c *Config) { c.DebugAddr = "10.1.2.3:6060" }, want: "not a loopback address"},
+		{name: "debug on a host name", give: func(c *Config) { c.DebugAddr = "baton-1.internal:6060" }, want: "not a loopback address"},
+		{name: "debug anywhere, allowed", give: func(c *Config) { c.DebugAddr, c.DebugAllowRemote = ":6060", true }},
+		{name: "negative max conns", give: func(c *Config) { c.MaxConns = -1 }, want: "BATON_MAX_CONNS must not be negative"},
 		{name: "negative shutdown delay", give: func(c *Config) { c.ShutdownDelay = -time.Second }, want: "BATON_SHUTDOWN_DELAY (-1s) must not be negative"},
 		{name: "no queued calls", give: func(c *Config) { c.MaxQueuedCalls = 0 }, want: "BATON_MAX_QUEUED_CALLS must be at least 1"},
 		{name: "no queue wait", give: func(c *Config) { c.MaxQueueWait = 0 }, want: "BATON_MAX_QUEUE_WAIT (0s) must be at least 1ms"},
@@ -70,6 +82,35 @@ func TestValidate(t *testing.T) {
 				t.Errorf("got %v, want an error containing %q", err, tt.want)
 			}
 		})
+	}
+}
+
+// A key without max_waiters may hold a quarter of the process's long-polls,
+// unless BATON_KEY_MAX_WAITERS says otherwise; never none.
+func TestKeyMaxWaitersDefault(t *testing.T) {
+	for _, tt := range []struct{ max, key, want int }{{50000, 0, 12500}, {20, 0, 5}, {3, 0, 1}, {1, 0, 1}, {20, 7, 7}} {
+		cfg := testConfig()
+		cfg.MaxWaiters, cfg.KeyMaxWaiters = tt.max, tt.key
+		if got := cfg.keyMaxWaiters(); got != tt.want {
+			t.Errorf("BATON_MAX_WAITERS=%d BATON_KEY_MAX_WAITERS=%d: %d, want %d", tt.max, tt.key, got, tt.want)
+		}
+	}
+}
+
+// Without BATON_MAX_CONNS, the connection limit stays well below the
+// open-file limit, so that a flood of connections leaves descriptors for Redis.
+func TestMaxConnsDefault(t *testing.T) {
+	cfg := testConfig()
+	n, ok := openFileLimit()
+	if !ok {
+		t.Skip("no open-file limit on this platform")
+	}
+	if got := cfg.maxConns(); got < 1 || uint64(got) > n*3/4 {
+		t.Errorf("default BATON_MAX_CONNS %d with an open-file limit of %d, want at most three quarters of it", got, n)
+	}
+	cfg.MaxConns = 7
+	if got := cfg.maxConns(); got != 7 {
+		t.Errorf("BATON_MAX_CONNS=7: %d", got)
 	}
 }
 

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -70,4 +72,29 @@ func get(t *testing.T, url string) (int, string) {
 	defer res.Body.Close()
 	b, _ := io.ReadAll(res.Body)
 	return res.StatusCode, string(b)
+}
+
+// The runtime profiles need no key: bound anywhere but loopback they are
+// refused unless BATON_DEBUG_ALLOW_REMOTE says so.
+func TestDebugListenerOnlyOnLoopback(t *testing.T) {
+	rs := redistest.Start(t)
+	cfg := testConfig()
+	cfg.RedisURL, cfg.DebugAddr = rs.URL(), "0.0.0.0:0"
+	if err := cfg.validate(); err == nil || !strings.Contains(err.Error(), "BATON_DEBUG_ALLOW_REMOTE") {
+		t.Errorf("validate: %v, want BATON_DEBUG_ADDR on every interface refused", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second) // were it to serve
+	defer cancel()
+	err := serve(ctx, cfg, zerolog.Nop(), nil)
+	if err == nil || !strings.Contains(err.Error(), "not a loopback address") {
+		t.Fatalf("serve with BATON_DEBUG_ADDR=0.0.0.0:0: %v, want it refused", err)
+	}
+	cfg.DebugAllowRemote = true
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	_, logs := startServe(t, cfg)
+	if logAddr(t, logs.String(), "debug listening") == "" {
+		t.Fatalf("BATON_DEBUG_ALLOW_REMOTE=true: no debug listener:\n%s", logs)
+	}
 }

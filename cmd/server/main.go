@@ -147,11 +147,16 @@ func serve(ctx context.Context, cfg Config, log zerolog.Logger, listening func(n
 	if err := st.Ready(ctx); err != nil {
 		log.Warn().Err(err).Msg("redis is not ready yet; serving 503 until it is")
 	}
+	if cfg.RedisURL != "" {
+		go warnEviction(ctx, rdb, log)
+	}
 
-	ln, err := net.Listen("tcp", cfg.Addr)
+	raw, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return err
 	}
+	ln := limitConns(raw, cfg.maxConns(), met, log)
+	warnLimits(cfg, log)
 	srv := &http.Server{
 		TLSConfig:         tlsCfg,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -160,22 +165,24 @@ func serve(ctx context.Context, cfg Config, log zerolog.Logger, listening func(n
 	}
 	lot := startLot(cfg, srv, log)
 	defer lot.Close()
+	draining := make(chan struct{})
 	srv.Handler = handlers.NewServer(handlers.Deps{
 		Store: st,
 		Limits: handlers.Limits{DefaultTTL: cfg.DefaultTTL, MinTTL: cfg.MinTTL, MaxTTL: cfg.MaxTTL, MaxWait: cfg.MaxWait,
 			BodyReadTimeout: cfg.BodyReadTimeout},
-		Logger:  log,
-		Metrics: met,
-		Spec:    api.Spec,
-		Guard:   guard,
-		Tracer:  cfg.tracer,
-		Lot:     lot,
+		Logger:   log,
+		Metrics:  met,
+		Spec:     api.Spec,
+		Guard:    guard,
+		Tracer:   cfg.tracer,
+		Lot:      lot,
+		Draining: draining,
 	})
 	if lot != nil {
 		srv.Handler, srv.ConnContext = lot.Handler(srv.Handler), lot.ConnContext
 	}
 	if cfg.DebugAddr != "" {
-		dbg, at, err := startDebug(cfg.DebugAddr)
+		dbg, at, err := startDebug(cfg.DebugAddr, cfg.DebugAllowRemote)
 		if err != nil {
 			ln.Close()
 			return fmt.Errorf("BATON_DEBUG_ADDR: %w", err)
@@ -196,6 +203,7 @@ func serve(ctx context.Context, cfg Config, log zerolog.Logger, listening func(n
 	case <-ctx.Done():
 	}
 	log.Info().Msg("shutting down: readiness off, long-polls answered")
+	close(draining)
 	st.Shutdown()
 	time.Sleep(cfg.ShutdownDelay) // keep answering (readyz 503) while load balancers notice
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
@@ -208,6 +216,20 @@ func serve(ctx context.Context, cfg Config, log zerolog.Logger, listening func(n
 	}
 	log.Info().Msg("stopped")
 	return nil
+}
+
+// warnLimits logs the limits that undercut each other: every long-poll holds
+// a connection, and every connection a descriptor.
+func warnLimits(cfg Config, log zerolog.Logger) {
+	conns := cfg.maxConns()
+	if conns < cfg.MaxWaiters {
+		log.Warn().Int("max_conns", conns).Int("max_waiters", cfg.MaxWaiters).
+			Msg("BATON_MAX_CONNS is below BATON_MAX_WAITERS: every long-poll holds a connection, so fewer can wait than BATON_MAX_WAITERS says")
+	}
+	if n, ok := openFileLimit(); ok && uint64(conns) >= n {
+		log.Warn().Int("max_conns", conns).Uint64("open_files", n).
+			Msg("BATON_MAX_CONNS is not below the open-file limit: a flood of connections can leave no descriptor for Redis")
+	}
 }
 
 // redisLogger sends go-redis's own messages to the structured log.

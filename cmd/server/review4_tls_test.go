@@ -76,7 +76,7 @@ func TestReview4TLSParked(t *testing.T) {
 	}
 	post := func(name string) string {
 		body := `{"wait_ms":10000}`
-		return fmt.Sprintf("POST /v1/locks/%s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", name, len(body), body)
+		return fmt.Sprintf("POST /v1/locks/%s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", name, len(body), body)
 	}
 
 	t.Run("close_notify hang-up", func(t *testing.T) {
@@ -104,7 +104,7 @@ func TestReview4TLSParked(t *testing.T) {
 		io.WriteString(c, post("t2"))
 		await(1)
 		time.Sleep(50 * time.Millisecond)
-		io.WriteString(c, "GET /livez HTTP/1.1\r\nHost: x\r\n\r\n")
+		io.WriteString(c, "GET /livez HTTP/1.1\r\nHost: localhost\r\n\r\n")
 		time.Sleep(50 * time.Millisecond)
 		release(url)
 		br := bufio.NewReader(c)
@@ -132,7 +132,7 @@ func TestReview4TLSParked(t *testing.T) {
 		}
 		io.Copy(io.Discard, res.Body)
 		time.Sleep(100 * time.Millisecond) // idle in the lot
-		io.WriteString(c, "GET /livez HTTP/1.1\r\nHost: x\r\n\r\n")
+		io.WriteString(c, "GET /livez HTTP/1.1\r\nHost: localhost\r\n\r\n")
 		res, err = http.ReadResponse(br, nil)
 		if err != nil || res.StatusCode != 200 {
 			t.Fatalf("next request: %v %v", res, err)

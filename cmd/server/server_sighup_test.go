@@ -59,8 +59,8 @@ func rewriteUnseen(t *testing.T, path string, data []byte) {
 }
 
 // A real SIGHUP to the server process reloads its keys file: the new key is
-// accepted and the old one refused (401); a bad file on SIGHUP is logged and the
-// keys in force stay. The file is changed so that the watcher (which reloads on
+// accepted and the old one refused (401); a bad file on SIGHUP is logged, the
+// keys still in it stay in force and a key gone from it is revoked. The file is changed so that the watcher (which reloads on
 // change within 10 s) cannot see it: what reloads it is the signal.
 func TestServerSIGHUPReload(t *testing.T) {
 	oldKey, newKey := auth.NewKey(), auth.NewKey()
@@ -101,8 +101,9 @@ func TestServerSIGHUPReload(t *testing.T) {
 		t.Fatalf("the old key after the reload: %d, want 401", st)
 	}
 
-	// A bad file (a sha256 that is no hash) on SIGHUP: logged, the keys stay.
-	bad := []byte(strings.Replace(string(keysFileFor(newKey)), auth.KeySHA256(newKey), strings.Repeat("z", 64), 1))
+	// A bad file (an unknown action) on SIGHUP: logged; the key still in it
+	// stays in force.
+	bad := []byte(strings.Replace(string(keysFileFor(newKey)), "[lock, read]", "[lock, reed]", 1))
 	rewriteUnseen(t, file, bad)
 	hup()
 	waitFor(t, "the reload error in the log", func() bool {
@@ -114,7 +115,16 @@ func TestServerSIGHUPReload(t *testing.T) {
 	default:
 	}
 	if status(newKey) != http.StatusOK || status(oldKey) != http.StatusUnauthorized {
-		t.Fatal("after a bad file: want the keys in force kept (the new key served, the old refused)")
+		t.Fatal("after a bad file: want the key still in it kept (the new key served, the old refused)")
+	}
+	// A bad file without the key's hash (a sha256 that is no hash): the key
+	// is revoked all the same.
+	revoked := []byte(strings.Replace(string(keysFileFor(newKey)), auth.KeySHA256(newKey), strings.Repeat("z", 64), 1))
+	rewriteUnseen(t, file, revoked)
+	hup()
+	waitFor(t, "the revocation in the log", func() bool { return strings.Contains(p.logs.String(), `"revoked":["app"]`) })
+	if st := status(newKey); st != http.StatusUnauthorized {
+		t.Fatalf("a key gone from a bad file: %d, want 401", st)
 	}
 	if strings.Contains(p.logs.String(), newKey) || strings.Contains(p.logs.String(), oldKey) {
 		t.Error("a key is in the server's log")

@@ -43,7 +43,7 @@ final class TroubleTest extends BatonTestCase
         }
         $took = microtime(true) - $start;
         self::assertGreaterThan(0.45, $took, 'tried for the whole budget');
-        self::assertLessThan(3.0, $took);
+        self::assertLessThan(5.0, $took, 'and for its own budget, not the default 10 s');
     }
 
     public function testAServerRestartingIsRiddenOut(): void
@@ -220,7 +220,7 @@ final class TroubleTest extends BatonTestCase
         $took = microtime(true) - $start;
         self::assertGreaterThan($holder->fence, $lease->fence);
         self::assertGreaterThan(0.9, $took);
-        self::assertLessThan(4.0, $took);
+        self::assertLessThan(8.0, $took, 'granted when the hold ran out, not when the 10 s wait did');
         self::assertGreaterThanOrEqual(3, $this->seen("/v1/locks/$name"), 'polled again after each 504');
         $lease->release();
 

@@ -27,7 +27,7 @@ def test_no_server_is_a_typed_error_after_bounded_retries(full_key: str, name: s
     with pytest.raises(Unavailable) as info:
         c.acquire(name)
     took = time.monotonic() - started
-    assert 0.1 < took < 3.0  # three backoffs, bounded
+    assert 0.1 < took < 10.0  # three backoffs, bounded
     err = info.value
     assert err.status == 0 and err.kind == "unreachable" and err.lock == name
     assert "(4 attempts)" in str(err) and "refused" in str(err).lower()
@@ -171,12 +171,12 @@ def test_a_session_post_whose_answer_is_lost(via_proxy: Client, proxy: Proxy, na
 
 
 def test_every_call_has_a_timeout(fake: FakeServer) -> None:
-    fake.script = [("sleep", 2.0)]
+    fake.script = [("sleep", 10.0)]
     c = Client(fake.url, timeout=0.3, retries=0)
     started = time.monotonic()
     with pytest.raises(Unavailable) as info:
         c.state("x")
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 5.0  # its timeout, not the server's 10 s
     assert isinstance(info.value.__cause__, (socket.timeout, TimeoutError))
 
 
@@ -185,8 +185,8 @@ def test_a_long_poll_gets_its_wait_on_top_of_the_timeout(proxy: Proxy, full_key:
     holder = c.acquire(name, ttl=10.0)
     threading.Timer(1.0, holder.release).start()
     started = time.monotonic()
-    lease = c.acquire(name, wait=5.0)  # blocks on the server for a second, twice the timeout
-    assert 0.9 < time.monotonic() - started < 4.0
+    lease = c.acquire(name, wait=20.0)  # blocks on the server for a second, twice the timeout
+    assert 0.9 < time.monotonic() - started < 10.0  # at the release, not the wait's end
     lease.release()
     state = c.state(name, wait=0.8, fence=lease.fence)  # a watch: no change, waits it out
     assert state["held"] is False
