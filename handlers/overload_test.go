@@ -88,3 +88,49 @@ func TestABurstOfLongPollsFarBeyondThePoolAllWait(t *testing.T) {
 		wantStatus(t, <-answers, http.StatusLocked, "lock-held")
 	}
 }
+
+// A burst of fair waiters far beyond the pool's connections all queue, and
+// once the holder lets go the lock passes down the queue to every one of them
+// in turn: one holder at a time, fences strictly increasing, none refused.
+func TestABurstOfFairWaitersBeyondThePoolIsHandedDownTheQueue(t *testing.T) {
+	srv := redistest.Start(t)
+	e := newEnv(t, envOptions{Redis: srv, RedisURL: srv.URL() + "?pool_size=2&pool_timeout=1ms"})
+	h := e.acquire("fairburst", map[string]any{"ttl_ms": 60000})
+	const n = 100
+	answers := make(chan *resp, n)
+	start := make(chan struct{})
+	for range n {
+		go func() {
+			<-start
+			answers <- e.do(req{Method: "POST", Path: "/v1/locks/fairburst", Body: map[string]any{"fair": true, "wait_ms": 60000, "ttl_ms": 60000}})
+		}()
+	}
+	close(start)
+	waitFor(t, "all waiting", func() bool { return testutil.ToFloat64(e.Metrics.Waiters) == n || len(answers) > 0 })
+	if len(answers) > 0 {
+		r := <-answers
+		t.Fatalf("%d fair long-polls of %d answered during the burst; first: %d %s", len(answers)+1, n, r.Status, r.Raw)
+	}
+	wantStatus(t, e.release(h), http.StatusOK, "")
+	last := h.Int("fence")
+	for i := range n {
+		var r *resp
+		select {
+		case r = <-answers:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%d of %d waiters granted; the next one was not within 30 s of the last release", i, n)
+		}
+		wantStatus(t, r, http.StatusCreated, "")
+		if f := r.Int("fence"); f <= last {
+			t.Fatalf("grant %d has fence %d after %d: fences must strictly increase", i+1, f, last)
+		} else {
+			last = f
+		}
+		select {
+		case other := <-answers:
+			t.Fatalf("a second answer (%d %s) while grant %d still holds", other.Status, other.Raw, i+1)
+		default:
+		}
+		wantStatus(t, e.release(r), http.StatusOK, "")
+	}
+}
