@@ -78,7 +78,7 @@ bench: deps tools-bench
 bench-quick: deps tools-bench
 	$(GO) run ./bench
 
-# The fault-injection runs of issues 5, 16 and 17 (chaos/): each scenario starts
+# The fault-injection runs (chaos/): each scenario starts
 # its own redis-server and two Baton processes on free loopback ports, injects its
 # fault while 32+ clients work (some hang up mid-request) and watchers wait, and
 # checks every history (porcupine), fenced write, hold no client was told of

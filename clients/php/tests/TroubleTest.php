@@ -14,7 +14,7 @@ use Baton\Exception\UnavailableException;
 use Baton\Tests\Support\BatonTestCase;
 
 /**
- * Issue 12, "Behaviour under trouble", through the fault proxy in front of a
+ * Behaviour under trouble, through the fault proxy in front of a
  * real Baton: server down, restarting, 503 with Retry-After, a renewal that
  * gets 404, a POST whose answer is cut, a long-poll cut by a proxy timeout,
  * a key rejected.
