@@ -5,8 +5,139 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 )
+
+// holdState is where a Hold or a Session is in its life.
+type holdState int
+
+const (
+	stateHeld      holdState = iota
+	stateReleasing           // Unlock (Close) has begun
+	stateReleased            // Unlock (Close) is done, or it failed after renewal stopped
+	stateLost                // lost: see err
+)
+
+// keeper is the life that a Hold and a Session share: held, being released,
+// released, or lost (with why, and a channel closed at that moment), and the
+// goroutine that keeps it alive meanwhile. Its mutex also guards the fields
+// its owner says it does, so that they change together with the state.
+type keeper struct {
+	what string // what a lostError names: `lock "reports"`, `session`
+
+	mu    sync.Mutex
+	state holdState
+	err   error         // why it was lost
+	lost  chan struct{} // closed when lost
+	stop  context.CancelFunc
+	done  chan struct{} // closed when the goroutine has returned; nil when there is none
+}
+
+func newKeeper(what string) keeper {
+	return keeper{what: what, lost: make(chan struct{})}
+}
+
+// start keeps the hold alive with renew (see keepAlive) in a goroutine, and
+// calls lost with the reason if it is lost. Call it once, before anyone may
+// release the hold.
+func (k *keeper) start(granted time.Time, ttl time.Duration, renew func(context.Context) (time.Duration, error), lost func(error)) {
+	ctx, stop := context.WithCancel(context.Background())
+	k.stop, k.done = stop, make(chan struct{})
+	go func() {
+		defer close(k.done)
+		if err := keepAlive(ctx, granted, ttl, renew); err != nil {
+			lost(err)
+		}
+	}()
+}
+
+// whileHeld runs f (if not nil) under the mutex when the hold is held, and
+// returns nil; otherwise it returns why it is not: the loss, or ErrReleased.
+func (k *keeper) whileHeld(f func()) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	switch k.state {
+	case stateHeld:
+		if f != nil {
+			f()
+		}
+		return nil
+	case stateLost:
+		return k.err
+	}
+	return ErrReleased
+}
+
+// failure is the loss, or nil while it is not lost.
+func (k *keeper) failure() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.state == stateLost {
+		return k.err
+	}
+	return nil
+}
+
+// beginRelease moves a held hold to releasing and stops the goroutine: no
+// renewal is in flight, and none will come, once it returns nil. Otherwise it
+// returns the loss (matching ErrLost), or ErrReleased when a release has begun
+// already.
+func (k *keeper) beginRelease() error {
+	k.mu.Lock()
+	switch k.state {
+	case stateLost:
+		err := k.err
+		k.mu.Unlock()
+		return err
+	case stateReleasing, stateReleased:
+		k.mu.Unlock()
+		return ErrReleased
+	}
+	k.state = stateReleasing
+	k.mu.Unlock()
+	if k.stop != nil {
+		k.stop()
+		<-k.done
+	}
+	return nil
+}
+
+// endRelease ends a release that answered err: an error matching gone means
+// it was lost before (it returns that loss); any other leaves it released.
+func (k *keeper) endRelease(err, gone error) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if errors.Is(err, gone) {
+		k.state, k.err = stateLost, &lostError{what: k.what, cause: err}
+		close(k.lost)
+		return k.err
+	}
+	k.state = stateReleased
+	return err
+}
+
+// markLost marks a held hold lost and returns the loss, or nil when it was
+// not held (released, or lost already).
+func (k *keeper) markLost(cause error) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.state != stateHeld {
+		return nil
+	}
+	k.state, k.err = stateLost, &lostError{what: k.what, cause: cause}
+	close(k.lost)
+	return k.err
+}
+
+// markReleased marks a held hold released (its session was closed).
+func (k *keeper) markReleased() {
+	k.mu.Lock()
+	if k.state == stateHeld {
+		k.state = stateReleased
+	}
+	k.mu.Unlock()
+}
 
 // minRenewInterval keeps a lease with a tiny ttl from being renewed in a spin.
 const minRenewInterval = 10 * time.Millisecond

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync"
 	"time"
 )
 
@@ -17,14 +16,9 @@ type Session struct {
 	c  *Client
 	id string
 
-	mu    sync.Mutex
+	k     keeper // its life; k.mu guards info and holds too
 	info  SessionInfo
 	holds map[*Hold]struct{}
-	state holdState
-	err   error
-	lost  chan struct{}
-	stop  context.CancelFunc
-	done  chan struct{}
 }
 
 // NewSession makes a session and renews it in the background at a third of
@@ -45,21 +39,14 @@ func (c *Client) NewSession(ctx context.Context, o SessionOptions) (*Session, er
 		return nil, err
 	}
 	got := time.Now()
-	kctx, stop := context.WithCancel(context.Background())
-	s := &Session{c: c, id: info.ID, info: *info, holds: map[*Hold]struct{}{}, lost: make(chan struct{}),
-		stop: stop, done: make(chan struct{})}
+	s := &Session{c: c, id: info.ID, info: *info, holds: map[*Hold]struct{}{}, k: newKeeper("session")}
 	c.mu.Lock()
 	if c.sessions == nil {
 		c.sessions = map[string]*Session{}
 	}
 	c.sessions[s.id] = s
 	c.mu.Unlock()
-	go func() {
-		defer close(s.done)
-		if err := keepAlive(kctx, got, info.TTL, s.renew); err != nil {
-			s.markLost(err)
-		}
-	}()
+	s.k.start(got, info.TTL, s.renew, s.markLost)
 	return s, nil
 }
 
@@ -83,26 +70,19 @@ func (s *Session) ID() string { return s.id }
 
 // Info is the session as the server last described it (without its holds).
 func (s *Session) Info() SessionInfo {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.k.mu.Lock()
+	defer s.k.mu.Unlock()
 	return s.info
 }
 
 // Lost is closed when the session is lost: a renewal answered that it is not
 // there (it ran out, or was ended elsewhere), or renewals kept failing until it
 // ran out. Every hold in it is lost with it. Close does not close it.
-func (s *Session) Lost() <-chan struct{} { return s.lost }
+func (s *Session) Lost() <-chan struct{} { return s.k.lost }
 
 // Err is nil while the session lives or after Close, and once it is lost, an
 // error matching ErrLost that wraps the cause.
-func (s *Session) Err() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.state == stateLost {
-		return s.err
-	}
-	return nil
-}
+func (s *Session) Err() error { return s.k.failure() }
 
 // Lock takes the lock name in the session, as Client.Lock does with
 // o.Session set to the session's id (o.TTL must be 0: the hold lasts as long
@@ -120,20 +100,11 @@ func (s *Session) Lock(ctx context.Context, name string, o LockOptions) (*Hold, 
 // a second Close; or the request's error (renewal has stopped anyway, so the
 // session and its holds then end with its ttl).
 func (s *Session) Close(ctx context.Context) error {
-	s.mu.Lock()
-	switch s.state {
-	case stateLost:
-		err := s.err
-		s.mu.Unlock()
+	if err := s.k.beginRelease(); errors.Is(err, ErrLost) {
 		return fmt.Errorf("close: %w", err)
-	case stateReleasing, stateReleased:
-		s.mu.Unlock()
-		return fmt.Errorf("close session: %w", ErrReleased)
+	} else if err != nil {
+		return fmt.Errorf("close session: %w", err)
 	}
-	s.state = stateReleasing
-	s.mu.Unlock()
-	s.stop()
-	<-s.done
 	err := s.c.retry(ctx, func(again bool) error {
 		err := s.c.once(ctx, request{method: http.MethodDelete, target: sessionPath(s.id)})
 		if again && errors.Is(err, ErrSessionNotFound) {
@@ -143,15 +114,7 @@ func (s *Session) Close(ctx context.Context) error {
 	})
 	s.c.forgetSession(s)
 	holds := s.snapshot()
-	s.mu.Lock()
-	if errors.Is(err, ErrSessionNotFound) {
-		s.state, s.err = stateLost, &lostError{what: "session", cause: err}
-		close(s.lost)
-		err = s.err
-	} else {
-		s.state = stateReleased
-	}
-	s.mu.Unlock()
+	err = s.k.endRelease(err, ErrSessionNotFound)
 	for _, h := range holds {
 		if err == nil {
 			h.markReleased()
@@ -172,11 +135,7 @@ func (s *Session) renew(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	s.mu.Lock()
-	if s.state == stateHeld {
-		s.info = *info
-	}
-	s.mu.Unlock()
+	_ = s.k.whileHeld(func() { s.info = *info })
 	for _, h := range holds {
 		h.setExpiry(info.TTL, info.ExpiresAt)
 	}
@@ -205,41 +164,30 @@ func (s *Session) checkHolds(ctx context.Context, holds []*Hold) {
 }
 
 // usable is nil while holds may be taken in the session.
-func (s *Session) usable() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch s.state {
-	case stateLost:
-		return s.err
-	case stateHeld:
-		return nil
-	}
-	return fmt.Errorf("session: %w", ErrReleased)
-}
+func (s *Session) usable() error { return s.whileOpen(nil) }
 
 // track adds h to the session, unless the session is no longer held.
-func (s *Session) track(h *Hold) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	switch s.state {
-	case stateLost:
-		return s.err
-	case stateHeld:
-		s.holds[h] = struct{}{}
-		return nil
+func (s *Session) track(h *Hold) error { return s.whileOpen(func() { s.holds[h] = struct{}{} }) }
+
+// whileOpen runs f (if not nil) under the session's mutex while it is held;
+// otherwise it returns why it is not: its loss, or ErrReleased.
+func (s *Session) whileOpen(f func()) error {
+	err := s.k.whileHeld(f)
+	if err != nil && !errors.Is(err, ErrLost) {
+		return fmt.Errorf("session: %w", err)
 	}
-	return fmt.Errorf("session: %w", ErrReleased)
+	return err
 }
 
 func (s *Session) forget(h *Hold) {
-	s.mu.Lock()
+	s.k.mu.Lock()
 	delete(s.holds, h)
-	s.mu.Unlock()
+	s.k.mu.Unlock()
 }
 
 func (s *Session) snapshot() []*Hold {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.k.mu.Lock()
+	defer s.k.mu.Unlock()
 	hs := make([]*Hold, 0, len(s.holds))
 	for h := range s.holds {
 		hs = append(hs, h)
@@ -249,15 +197,10 @@ func (s *Session) snapshot() []*Hold {
 
 // markLost marks a live session lost, with every hold in it.
 func (s *Session) markLost(cause error) {
-	s.mu.Lock()
-	if s.state != stateHeld {
-		s.mu.Unlock()
+	err := s.k.markLost(cause)
+	if err == nil {
 		return
 	}
-	s.state, s.err = stateLost, &lostError{what: "session", cause: cause}
-	close(s.lost)
-	err := s.err
-	s.mu.Unlock()
 	s.c.forgetSession(s)
 	for _, h := range s.snapshot() {
 		h.markLost(err)

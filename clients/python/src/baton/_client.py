@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
 import re
 import ssl
 import time
-import uuid
 from types import TracebackType
 from typing import Any, Callable, Dict, Optional, Tuple, Type
 from urllib.parse import quote
 
-from ._errors import BatonError, LockHeld, Unavailable, from_answer
-from ._keeper import backoff
+from ._errors import BatonError, LockHeld, Unavailable
 from ._lease import Lease, LostCallback
 from ._session import Session
-from ._transport import TRANSPORT_ERRORS, Answer, Endpoint, Pool, Secret, lock_path, millis
+from ._transport import Answer, Endpoint, Pool, Secret, Transport, backoff, json_doc, lock_path, millis
 
 log = logging.getLogger("baton")
 
@@ -30,23 +27,7 @@ USER_AGENT = "baton-python/0.1"
 # they stay below the server's maximum (BATON_MAX_WAIT, 60 s by default).
 LONG_POLL = 20.0
 
-# A Retry-After longer than this is not waited out: the error is raised, with
-# retry_after telling the caller.
-MAX_RETRY_AFTER = 30.0
-
 _VISIBLE_ASCII = re.compile(r"[!-~]+\Z")
-
-_SECRET_SEGMENT = re.compile(r"/(leases|tickets|sessions)/[^/?]+")
-
-
-def _route(target: str) -> str:
-    """A request target with its secret ids and query left out, for logs."""
-    return _SECRET_SEGMENT.sub(lambda m: "/%s/{%s}" % (m.group(1), m.group(1)[:-1]), target.split("?", 1)[0])
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc)
-    return "%s: %s" % (type(exc).__name__, text) if text else type(exc).__name__
 
 
 class Client:
@@ -82,17 +63,47 @@ class Client:
         if api_key and not _VISIBLE_ASCII.match(api_key):
             # Never echo it: http.client would, in the error of the first call.
             raise ValueError("api_key must be visible ASCII characters (no spaces or newlines)")
-        self._endpoint = Endpoint(url)
-        self._key = Secret(api_key) if api_key else None
-        self.timeout = float(timeout)
-        self.retries = retries
-        self._ua = user_agent
-        self._pool = Pool(self._endpoint, ssl_context)
+        # What this client, its leases and its sessions share: the server, the
+        # key, the timeout and retries, the connections.
+        self._transport = Transport(
+            Endpoint(url),
+            Secret(api_key) if api_key else None,
+            timeout=float(timeout),
+            retries=retries,
+            user_agent=user_agent,
+            ssl_context=ssl_context,
+        )
 
     @property
     def url(self) -> str:
         """The server's base URL."""
-        return self._endpoint.base
+        return self._transport.url
+
+    @property
+    def timeout(self) -> float:
+        """Seconds a call waits for its answer (a long-poll: its wait plus this)."""
+        return self._transport.timeout
+
+    @timeout.setter
+    def timeout(self, value: float) -> None:
+        self._transport.timeout = value
+
+    @property
+    def retries(self) -> int:
+        """How many times a call whose answer was lost is sent again."""
+        return self._transport.retries
+
+    @retries.setter
+    def retries(self, value: int) -> None:
+        self._transport.retries = value
+
+    @property
+    def _key(self) -> Optional[Secret]:
+        return self._transport.key
+
+    @property
+    def _pool(self) -> Pool:
+        return self._transport.pool
 
     def __repr__(self) -> str:
         return "Client(url=%r, api_key=%s, timeout=%r)" % (
@@ -103,7 +114,7 @@ class Client:
 
     def close(self) -> None:
         """Closes the idle connections."""
-        self._pool.close()
+        self._transport.close()
 
     def __enter__(self) -> Client:
         return self
@@ -207,7 +218,9 @@ class Client:
             body["owner"] = owner
         since = time.monotonic()
         ans = self._call("POST", "/v1/sessions", body)
-        s = Session(self, self._doc(ans), ttl_ms=ttl_ms, since=since, on_lost=on_lost)
+        s = Session(
+            self._transport, self._doc(ans), ttl_ms=ttl_ms, since=since, acquire=self._acquire, on_lost=on_lost
+        )
         if auto_renew:
             s._start_keeper()
         return s
@@ -273,7 +286,7 @@ class Client:
             # The grant came at some point of a long wait: the answer's ttl_ms
             # counts from about when it arrived, less its way back.
             since = max(since, time.monotonic() - 0.05)
-        lease = Lease(self, self._doc(ans), ttl_ms=ttl_ms, since=since, session=session, on_lost=on_lost)
+        lease = Lease(self._transport, self._doc(ans), ttl_ms=ttl_ms, since=since, session=session, on_lost=on_lost)
         if session is not None:
             session._adopt(lease)
         elif auto_renew:
@@ -360,10 +373,7 @@ class Client:
             log.debug("baton: could not delete the ticket for %r: %s", name, exc)
 
     def _doc(self, ans: Answer) -> Dict[str, Any]:
-        try:
-            return ans.json()
-        except ValueError as exc:
-            raise BatonError(str(exc), status=ans.status) from None
+        return json_doc(ans)
 
     def _call(
         self,
@@ -376,57 +386,10 @@ class Client:
         retries: Optional[int] = None,
         gone_ok_on_retry: bool = False,
     ) -> Answer:
-        """Sends a request, retrying one whose answer was lost (a transport
-        error, 502, 503 or 504) up to ``retries`` times with backoff; a POST
-        keeps its Idempotency-Key and body across retries. Returns an answer
-        below 400, or raises the BatonError of the last one.
-
-        ``gone_ok_on_retry``: a 404 or 410 after an earlier answer was lost
-        means that earlier attempt did the job (a DELETE); return it.
-        """
-        data = None
-        headers = {"Accept": "application/json, application/problem+json", "User-Agent": self._ua}
-        if body is not None:
-            data = json.dumps(body, separators=(",", ":")).encode("utf-8")
-            headers["Content-Type"] = "application/json"
-        if self._key is not None:
-            headers["Authorization"] = "Bearer " + self._key.reveal()
-        if method == "POST":
-            headers["Idempotency-Key"] = uuid.uuid4().hex
-        attempts = 1 + (self.retries if retries is None else retries)
-        per_call = self.timeout if timeout is None else timeout
-        lost_answer = False
-        failures = 0
-        while True:
-            cause: Optional[BaseException] = None
-            try:
-                ans = self._pool.request(method, target, data, headers, per_call)
-            except TRANSPORT_ERRORS as exc:
-                cause = exc
-                err: BatonError = Unavailable(
-                    "no answer from Baton at %s: %s" % (self.url, _describe(exc)), lock=lock
-                )
-                lost_answer = True
-            else:
-                if ans.status < 400:
-                    return ans
-                if gone_ok_on_retry and lost_answer and ans.status in (404, 410):
-                    return ans
-                err = from_answer(ans.status, ans.headers, ans.body, lock)
-                if ans.status not in (502, 503, 504):
-                    raise err
-                lost_answer = True
-            failures += 1
-            if failures >= attempts or (err.retry_after or 0.0) > MAX_RETRY_AFTER:
-                if failures > 1:
-                    err.detail += " (%d attempts)" % failures
-                raise err from cause
-            delay = max(backoff(failures), err.retry_after or 0.0)
-            log.debug(
-                "baton: %s %s: %s; retry %d of %d in %.2fs",
-                method, _route(target), err.kind, failures, attempts - 1, delay,
-            )
-            time.sleep(delay)
+        """The transport's call (see Transport.call)."""
+        return self._transport.call(
+            method, target, body, lock=lock, timeout=timeout, retries=retries, gone_ok_on_retry=gone_ok_on_retry
+        )
 
 
 class _LockContext:

@@ -3,24 +3,23 @@
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Type
+from typing import Any, Callable, Dict, List, Optional, Type
 from urllib.parse import quote
 
-from ._errors import BatonError, LeaseLost, SessionLost
-from ._keeper import Keeper
+from ._errors import BatonError, SessionLost
+from ._keeper import KeptAlive
 from ._lease import Lease
-from ._transport import millis
-
-if TYPE_CHECKING:
-    from ._client import Client
+from ._transport import Transport, json_doc
 
 log = logging.getLogger("baton")
 
+# How a session takes a lock into itself: the Client's acquire, called with
+# ``session`` set (the waiting, the fair queue and the retries are the Client's).
+Acquire = Callable[..., Lease]
 
-class Session:
+
+class Session(KeptAlive):
     """A session on the server: holds taken with ``lock`` join it, last as long
     as it does, are renewed with it (in a background thread, at a third of its
     ttl) and are all released when it is closed, which leaving a ``with`` block
@@ -33,34 +32,27 @@ class Session:
 
     def __init__(
         self,
-        client: Client,
+        transport: Transport,
         doc: Dict[str, Any],
         *,
         ttl_ms: int,
         since: float,
+        acquire: Acquire,
         on_lost: Optional[Callable[[Session], None]] = None,
     ) -> None:
-        self._client = client
         self._id = str(doc["session"])
-        self._path = "/v1/sessions/" + quote(self._id, safe="")
-        self._ttl_ms = ttl_ms
+        super().__init__(
+            transport, "/v1/sessions/" + quote(self._id, safe=""), ttl_ms=ttl_ms, lock=None, label="session"
+        )
+        self._acquire = acquire
         self._on_lost = on_lost
-        self._mu = threading.Lock()
-        self._ops = threading.RLock()
         self._leases: List[Lease] = []
-        self._lost = False
-        self._closed = False
-        self._lost_reason = ""
-        self._keeper: Optional[Keeper] = None
-        #: Set the moment the session is known lost.
-        self.lost_event = threading.Event()
         self._apply(doc, since)
 
     def _apply(self, doc: Dict[str, Any], since: float) -> None:
         self.owner: str = str(doc.get("owner") or "")
         self.expires_at: Optional[str] = doc.get("expires_at")
-        self._renewed_at = since
-        self._deadline = since + int(doc.get("ttl_ms", 0)) / 1000.0
+        super()._apply(doc, since)
 
     @property
     def session(self) -> str:
@@ -70,7 +62,7 @@ class Session:
     @property
     def url(self) -> str:
         """The session's absolute URL (a bearer secret)."""
-        return self._client.url + self._path
+        return self._transport.url + self._path
 
     @property
     def leases(self) -> List[Lease]:
@@ -79,28 +71,11 @@ class Session:
             return list(self._leases)
 
     @property
-    def ttl(self) -> float:
-        """Seconds the session surely lasts without a renewal."""
-        if self.lost or self._closed:
-            return 0.0
-        return max(0.0, self._deadline - time.monotonic())
-
-    @property
-    def lost(self) -> bool:
-        if not self._lost and not self._closed and time.monotonic() >= self._deadline:
-            self._lose("it ran out without a renewal")
-        return self._lost
-
-    @property
-    def lost_reason(self) -> str:
-        return self._lost_reason
-
-    @property
     def closed(self) -> bool:
-        return self._closed
+        return self._ended
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else "lost" if self._lost else "open"
+        state = "closed" if self._ended else "lost" if self._lost else "open"
         return "<baton.Session owner=%r holds=%d %s>" % (self.owner, len(self._leases), state)
 
     def lock(
@@ -120,7 +95,7 @@ class Session:
         Raises LockHeld, SessionLost, or any BatonError of the call.
         """
         self._check()
-        return self._client._acquire(
+        return self._acquire(
             name, ttl=None, wait=wait, fair=fair, shared=shared, limit=limit, owner=owner,
             auto_renew=False, on_lost=None, session=self,
         )
@@ -128,30 +103,27 @@ class Session:
     def renew(self, ttl: Optional[float] = None) -> Session:
         """Renews the session and every hold in it to ``ttl`` seconds (default:
         its last ttl). Raises SessionLost (and marks it lost), or any BatonError."""
-        ttl_ms = millis(ttl, "ttl") if ttl is not None else self._ttl_ms
-        with self._ops:
-            self._check()
-            since = time.monotonic()
-            try:
-                ans = self._client._call("PATCH", self._path, {"ttl_ms": ttl_ms})
-            except SessionLost as exc:
-                self._lose("a renewal answered 404: %s" % exc.detail)
-                raise self._lost_error() from exc
-            self._ttl_ms = ttl_ms
-            self._apply(self._client._doc(ans), since)
+        self._renew(ttl)
         return self
 
     def holds(self) -> List[Dict[str, Any]]:
         """The server's list of this session's holds: ``name``, ``fence``,
         ``count``, ``shared`` (and ``url``, a bearer secret)."""
+        fire = False
+        err: Optional[SessionLost] = None
         with self._ops:
             self._check()
             try:
-                ans = self._client._call("GET", self._path)
+                ans = self._transport.call("GET", self._path)
             except SessionLost as exc:
-                self._lose("it was not there: %s" % exc.detail)
-                raise self._lost_error() from exc
-        holds = self._client._doc(ans).get("holds") or []
+                fire = self._mark_lost("it was not there: %s" % exc.detail)
+                err = self._lost_error()
+                err.__cause__ = exc
+        if fire:
+            self._fire_lost()
+        if err is not None:
+            raise err
+        holds = json_doc(ans).get("holds") or []
         return [dict(h) for h in holds if isinstance(h, dict)]
 
     def close(self) -> int:
@@ -160,29 +132,16 @@ class Session:
         SessionLost when the session was lost before (its holds ended with it),
         or any BatonError of the call (then the holds end with the session's ttl).
         """
-        if self._keeper is not None:
-            self._keeper.stop()
-        with self._ops:
-            if self._closed:
-                return 0
-            if self.lost:
-                raise self._lost_error()
-            try:
-                ans = self._client._call("DELETE", self._path, gone_ok_on_retry=True)
-            except SessionLost as exc:
-                self._lose("it was not there any more when closed: %s" % exc.detail)
-                raise self._lost_error() from exc
-            with self._mu:
-                self._closed = True
-                leases, self._leases = self._leases, []
+        ans = self._end("it was not there any more when closed")
+        if ans is None:
+            return 0
+        with self._mu:
+            leases, self._leases = self._leases, []
         for lease in leases:
-            with lease._mu:
-                lease._released = True
-        if self._keeper is not None:
-            self._keeper.join(1.0)
+            lease._mark_ended()
         if ans.status != 200:
             return 0  # a retry found it gone: the first attempt ended it
-        released = self._client._doc(ans).get("released", 0)
+        released = json_doc(ans).get("released", 0)
         return int(released) if isinstance(released, int) else 0
 
     def __enter__(self) -> Session:
@@ -203,18 +162,15 @@ class Session:
 
     # -- internals -------------------------------------------------------------
 
-    def _check(self) -> None:
-        if self.lost:
-            raise self._lost_error()
-        if self._closed:
-            raise SessionLost("this session was closed", type="/problems/session-not-found", status=404)
-
     def _lost_error(self) -> SessionLost:
         return SessionLost(
             "the session was lost, and its holds with it: %s" % self._lost_reason,
             type="/problems/session-not-found",
             status=404,
         )
+
+    def _ended_error(self) -> SessionLost:
+        return SessionLost("this session was closed", type="/problems/session-not-found", status=404)
 
     def _adopt(self, lease: Lease) -> None:
         with self._mu:
@@ -225,58 +181,14 @@ class Session:
             if lease in self._leases:
                 self._leases.remove(lease)
 
-    def _lose(self, reason: str) -> None:
-        with self._mu:
-            if self._lost or self._closed:
-                return
-            self._lost = True
-            self._lost_reason = reason
-            leases = list(self._leases)
-        if self._keeper is not None:
-            self._keeper.stop()
-        self.lost_event.set()
+    def _fire_lost(self) -> None:
+        reason = self._lost_reason
+        leases = self.leases
         log.warning("baton: session lost with %d holds: %s", len(leases), reason)
         for lease in leases:
-            if lease._mark_lost("its session was lost: " + reason):
-                lease._fire_lost()
+            lease._lose("its session was lost: " + reason)
         if self._on_lost is not None:
             try:
                 self._on_lost(self)
             except Exception:
                 log.exception("baton: on_lost callback of a session failed")
-
-    def _start_keeper(self) -> None:
-        self._keeper = Keeper(self, "session", self._client.timeout)
-        self._keeper.start()
-
-    # Keeper protocol.
-
-    def _keeper_due(self) -> float:
-        return self._renewed_at + self._ttl_ms / 3000.0
-
-    def _keeper_deadline(self) -> float:
-        return self._deadline
-
-    def _keeper_done(self) -> bool:
-        return self._lost or self._closed
-
-    def _keeper_renew(self, timeout: float, stop: threading.Event) -> Optional[BatonError]:
-        with self._ops:
-            if stop.is_set() or self._lost or self._closed:
-                return None
-            since = time.monotonic()
-            try:
-                ans = self._client._call("PATCH", self._path, {"ttl_ms": self._ttl_ms}, timeout=timeout, retries=0)
-                self._apply(self._client._doc(ans), since)
-            except LeaseLost as exc:  # SessionLost
-                lost_exc: Optional[BatonError] = exc
-            except BatonError as exc:
-                return exc
-            else:
-                return None
-        if lost_exc is not None:
-            self._lose("a renewal answered 404: %s" % lost_exc.detail)
-        return None
-
-    def _keeper_lost(self, reason: str, cause: Optional[BatonError]) -> None:
-        self._lose(reason)

@@ -1,4 +1,9 @@
-"""HTTP plumbing: one pool of keep-alive connections to the server's host.
+"""HTTP plumbing: the Transport that Client, Lease and Session share.
+
+A Transport is the server's URL, the API key, the timeout and retry policy and
+one pool of keep-alive connections to the server's host; its ``call`` sends one
+request, retries it when its answer was lost, and turns a problem answer into
+its BatonError.
 
 http.client connections are not thread-safe, and a lease's renewal thread, a
 session's and the user's own calls run at once; so each request takes an idle
@@ -10,17 +15,32 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import math
+import random
+import re
 import ssl
 import threading
+import time
+import uuid
 from typing import Any, Dict, List, Mapping, Optional, Union
 from urllib.parse import quote, urlsplit
+
+from ._errors import BatonError, Unavailable, from_answer
+
+log = logging.getLogger("baton")
 
 # Errors that mean the request got no (complete) answer: refused, reset, cut,
 # timed out, or a garbled response.
 TRANSPORT_ERRORS = (OSError, http.client.HTTPException)
 
 _MAX_IDLE = 16
+
+# A Retry-After longer than this is not waited out: the error is raised, with
+# retry_after telling the caller.
+MAX_RETRY_AFTER = 30.0
+
+_SECRET_SEGMENT = re.compile(r"/(leases|tickets|sessions)/[^/?]+")
 
 
 class Secret:
@@ -174,3 +194,124 @@ def lock_path(name: str) -> str:
     if not isinstance(name, str) or not name:
         raise ValueError("a lock name must be a non-empty str, got %r" % (name,))
     return "/v1/locks/" + quote(name, safe=":")
+
+
+def backoff(failures: int) -> float:
+    """0.1 s doubling up to 2 s, with jitter, for the n-th failure in a row."""
+    base = min(2.0, 0.1 * float(2 ** min(max(0, failures - 1), 10)))
+    return base * (0.5 + random.random() / 2)
+
+
+def json_doc(ans: Answer) -> Dict[str, Any]:
+    """The answer's JSON object; a BatonError when it is not one."""
+    try:
+        return ans.json()
+    except ValueError as exc:
+        raise BatonError(str(exc), status=ans.status) from None
+
+
+def _route(target: str) -> str:
+    """A request target with its secret ids and query left out, for logs."""
+    return _SECRET_SEGMENT.sub(lambda m: "/%s/{%s}" % (m.group(1), m.group(1)[:-1]), target.split("?", 1)[0])
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return "%s: %s" % (type(exc).__name__, text) if text else type(exc).__name__
+
+
+class Transport:
+    """How to talk to one server, shared by a Client and its leases and
+    sessions: where (the endpoint), as whom (the API key), how long to wait
+    (``timeout``), how often to retry (``retries``), over which connections
+    (the pool). Thread-safe; ``timeout`` and ``retries`` may be changed while
+    it is in use (the Client's attributes of these names are these)."""
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        key: Optional[Secret],
+        *,
+        timeout: float,
+        retries: int,
+        user_agent: str,
+        ssl_context: Optional[ssl.SSLContext] = None,
+    ) -> None:
+        self.endpoint = endpoint
+        self.key = key
+        self.timeout = timeout
+        self.retries = retries
+        self.user_agent = user_agent
+        self.pool = Pool(endpoint, ssl_context)
+
+    @property
+    def url(self) -> str:
+        """The server's base URL."""
+        return self.endpoint.base
+
+    def close(self) -> None:
+        """Closes the idle connections."""
+        self.pool.close()
+
+    def call(
+        self,
+        method: str,
+        target: str,
+        body: Optional[Dict[str, Any]] = None,
+        *,
+        lock: Optional[str] = None,
+        timeout: Optional[float] = None,
+        retries: Optional[int] = None,
+        gone_ok_on_retry: bool = False,
+    ) -> Answer:
+        """Sends a request, retrying one whose answer was lost (a transport
+        error, 502, 503 or 504) up to ``retries`` times with backoff; a POST
+        keeps its Idempotency-Key and body across retries. Returns an answer
+        below 400, or raises the BatonError of the last one.
+
+        ``gone_ok_on_retry``: a 404 or 410 after an earlier answer was lost
+        means that earlier attempt did the job (a DELETE); return it.
+        """
+        data = None
+        headers = {"Accept": "application/json, application/problem+json", "User-Agent": self.user_agent}
+        if body is not None:
+            data = json.dumps(body, separators=(",", ":")).encode("utf-8")
+            headers["Content-Type"] = "application/json"
+        if self.key is not None:
+            headers["Authorization"] = "Bearer " + self.key.reveal()
+        if method == "POST":
+            headers["Idempotency-Key"] = uuid.uuid4().hex
+        attempts = 1 + (self.retries if retries is None else retries)
+        per_call = self.timeout if timeout is None else timeout
+        lost_answer = False
+        failures = 0
+        while True:
+            cause: Optional[BaseException] = None
+            try:
+                ans = self.pool.request(method, target, data, headers, per_call)
+            except TRANSPORT_ERRORS as exc:
+                cause = exc
+                err: BatonError = Unavailable(
+                    "no answer from Baton at %s: %s" % (self.url, _describe(exc)), lock=lock
+                )
+                lost_answer = True
+            else:
+                if ans.status < 400:
+                    return ans
+                if gone_ok_on_retry and lost_answer and ans.status in (404, 410):
+                    return ans
+                err = from_answer(ans.status, ans.headers, ans.body, lock)
+                if ans.status not in (502, 503, 504):
+                    raise err
+                lost_answer = True
+            failures += 1
+            if failures >= attempts or (err.retry_after or 0.0) > MAX_RETRY_AFTER:
+                if failures > 1:
+                    err.detail += " (%d attempts)" % failures
+                raise err from cause
+            delay = max(backoff(failures), err.retry_after or 0.0)
+            log.debug(
+                "baton: %s %s: %s; retry %d of %d in %.2fs",
+                method, _route(target), err.kind, failures, attempts - 1, delay,
+            )
+            time.sleep(delay)
