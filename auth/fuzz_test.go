@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-// The seed corpus in testdata/fuzz holds the malformed headers of issue 9 (no
+// The seed corpus in testdata/fuzz holds the malformed Authorization headers (no
 // scheme, Basic, an empty token, a 10 KB token, non-ASCII) and keys files of
 // both formats; `go test` runs every seed, `go test -fuzz` explores from them.
 
@@ -117,7 +117,7 @@ func unjoin(err error) []error {
 }
 
 func TestBearerSeedsAreRefused(t *testing.T) {
-	// The header cases of issue 9, each a 401 with a reason, none a panic.
+	// The malformed header cases, each a 401 with a reason, none a panic.
 	for _, give := range []string{
 		keyA, "Basic " + keyA, "Bearer", "Bearer ", "Bearer " + strings.Repeat("k", 10<<10),
 		"Bearer " + strings.Repeat("é", 20), "Bearer\t" + keyA, "Token " + keyA, "",

@@ -154,7 +154,7 @@ func (r *results) authTable() string {
 
 func pct(x float64) string { return fmt.Sprintf("%+.1f%%", 100*x) }
 
-// authGoals judges issue 9's goal on this run, when -auth-compare measured it:
+// authGoals judges the access-control goal on this run, when -auth-compare measured it:
 // keys mode within 5% of auth off in uncontended throughput.
 func authGoals(r *results) []goal {
 	var gs []goal

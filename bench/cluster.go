@@ -14,7 +14,7 @@ import (
 	"github.com/batonhq/baton/internal/redistest"
 )
 
-// The cluster scenario (issue 13): Baton over one redis-server against Baton
+// The cluster scenario: Baton over one redis-server against Baton
 // over a Redis Cluster of clusterMasters masters (no replicas, like the single
 // Redis), on the same machine, the cluster's nodes pinned with the serving side.
 // Uncontended pairs over distinct names, which the hash tag {name} spreads over

@@ -16,7 +16,7 @@ import (
 	"github.com/batonhq/baton/internal/redistest"
 )
 
-// The names scenario (issue 16): what a lock name costs Redis once its last hold
+// The names scenario: what a lock name costs Redis once its last hold
 // has ended. n distinct names are each acquired and released once; the keys and
 // used_memory Redis holds beyond a baseline are read right after the last release,
 // and again once the fence guard has passed and Redis has reclaimed the expired

@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// fenceKeyBefore is what a distinct name cost Redis before issue 16: a 175-byte
+// fenceKeyBefore is what a distinct name cost Redis before the fence guard: a 175-byte
 // fence key, kept 7 days. The goal during the guard is to cost no more.
 const fenceKeyBefore = 175
 
@@ -16,7 +16,7 @@ const fenceKeyBefore = 175
 // from 10k names on.
 const namesZero = 0.5
 
-// namesGoals judges issue 16's goals: after the guard a name leaves no key and no
+// namesGoals judges the names goals: after the guard a name leaves no key and no
 // byte; during it, a name costs at most what its fence key cost before.
 func namesGoals(r *results) []goal {
 	var gs []goal

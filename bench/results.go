@@ -120,7 +120,7 @@ type otherLoad struct {
 	End       string             `json:"load_average_end"`
 }
 
-// goal is one of issue 4's goals, judged on this run's figures.
+// goal is one of the benchmark's goals, judged on this run's figures.
 type goal struct {
 	Goal   string `json:"goal"`
 	Got    string `json:"got"`
@@ -278,7 +278,7 @@ func status(ok bool) string {
 
 const notMeasured = "not measured"
 
-// evaluateGoals judges the goals of issue 4 on ratios measured in this run.
+// evaluateGoals judges the benchmark's goals on ratios measured in this run.
 func evaluateGoals(r *results) []goal {
 	var gs []goal
 	add := func(name string, measured bool, got string, ok bool) {

@@ -169,7 +169,7 @@ func (r *results) commandsTable() string {
 	return b.String()
 }
 
-// durabilityTable is the 2x2 table of issue 15: Baton+Redis and etcd, each in
+// durabilityTable is the 2x2 table of durability: Baton+Redis and etcd, each in
 // memory and durable, every ratio against etcd's best client style in the same
 // cell (the most pairs/s; the least server CPU per pair), and Baton against its
 // ceiling, redis-script on the same Redis.

@@ -13,7 +13,7 @@ import (
 	"github.com/batonhq/baton/client"
 )
 
-// Access control (issue 9). Every Baton this program starts runs in keys mode
+// Access control. Every Baton this program starts runs in keys mode
 // (BATON_AUTH_FILE), and every request it makes carries a key: a few
 // principals with different grants, as tenants of one deployment would have.
 // A legitimate client is never refused, so every 401 or 403 is a violation.

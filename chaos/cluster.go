@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The Redis Cluster scenarios (issue 13): the Batons move, once the workload
+// The Redis Cluster scenarios: the Batons move, once the workload
 // has begun, onto a 3-master, 3-replica cluster (redis+cluster://, sharded
 // pub/sub), all stopped before any starts there, and the fault hits one shard
 // at a time.

@@ -8,7 +8,7 @@ import (
 	"github.com/batonhq/baton/client"
 )
 
-// expiryRace makes a lock change hands by expiry under a watch (issue 17: a watch
+// expiryRace makes a lock change hands by expiry under a watch (a watch
 // slept through exactly this). The worker takes a lock of the races with a short
 // lease and lets it run out; meanwhile a watch of that lease's fence waits, on
 // either Baton process; from just before the lease's end (by the Redis clock,

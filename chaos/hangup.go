@@ -8,7 +8,7 @@ import (
 	"github.com/batonhq/baton/client"
 )
 
-// Clients that hang up (issue 17). A client that goes away in the middle of a
+// Clients that hang up. A client that goes away in the middle of a
 // request never sees its answer: whatever the request was granted is a hold
 // nobody knows, and Baton must undo it (store/abandon.go). These clients hang up
 // (hanger: a FIN on a connection of the request's own) at random moments of a
@@ -131,7 +131,7 @@ func (w *worker) claim(ctx context.Context, name string, t ticket) {
 // for: the client takes the lock itself, starts a waiter for it (a non-fair or a
 // fair acquire with a wait, or a poll of a ticket queued behind it), lets the
 // waiter settle into its wait, then releases the lock and hangs the waiter up
-// within 3 ms of each other, in either order. This is how issue 17's first
+// within 3 ms of each other, in either order. This is how the first
 // defect was found: a grant made to a fair waiter at the moment it went. It
 // runs on a lock of the races (worker.race), where the waiter is at the head of
 // the queue, so that the release hands the lock to it.

@@ -9,7 +9,7 @@ import (
 )
 
 // TestNothingIsLeftAfterTheGuard checks, on a real Baton process, what the
-// chaos key check expects of every scenario (issue 16; README, Guarantees:
+// chaos key check expects of every scenario (README, Guarantees:
 // "Nothing stays behind"): after a name's last hold and ticket end, its key is
 // gone BATON_FENCE_GUARD later (not kept for the rest of a grant released at
 // once, nor for a fair waiter's ticket that hung up), and nothing else is left.

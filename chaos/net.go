@@ -14,7 +14,7 @@ import (
 )
 
 // netProxy is a toxiproxy run inside this process between the Baton processes and
-// Redis: the network faults of issue 5 are toxics added to it and removed again.
+// Redis: the network faults are toxics added to it and removed again.
 // Running it in process, rather than the toxiproxy-server binary, keeps the
 // runner one command with nothing to install, and lets a scenario add and remove
 // toxics by calling the collection directly instead of through its HTTP API.

@@ -10,7 +10,7 @@ import (
 )
 
 // redisBackGoal is the goal for the time from a killed Redis answering PING
-// again to each Baton process's first 2xx that needed it (issue 15): p99 at
+// again to each Baton process's first 2xx that needed it: p99 at
 // most this.
 const redisBackGoal = 100 * time.Millisecond
 

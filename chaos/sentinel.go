@@ -29,7 +29,7 @@ const sentinelMaster = "baton"
 // room for such a stall; a real deployment uses more.
 const sentinelDownAfter = 3 * time.Second
 
-// sentinelFailover is the Sentinel scenario of issue 5: one master, one replica
+// sentinelFailover is the Sentinel scenario: one master, one replica
 // and three sentinels on loopback (quorum 2, down-after 3s, failover-timeout 2s);
 // both Baton processes on the sentinel URL; the master killed with SIGKILL again
 // and again while the workload runs, each time once the replica has caught up.

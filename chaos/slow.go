@@ -13,7 +13,7 @@ import (
 	"github.com/batonhq/baton/client"
 )
 
-// The slow-Redis faults of issue 17. A Redis that stops answering for longer than
+// The slow-Redis faults. A Redis that stops answering for longer than
 // the store's 2 s read timeout leaves Baton's calls without a definite answer:
 // the client is told 503 (or, if Baton is shutting down, has its connection
 // closed) while the script still runs once Redis reads it. Whatever it granted

@@ -9,7 +9,7 @@ import (
 	"github.com/batonhq/baton/client"
 )
 
-// watcher is a client that watches locks change hands (issue 17): it reads a
+// watcher is a client that watches locks change hands: it reads a
 // lock's state and, while the lock is held, long-polls it with that fence
 // (GET /v1/locks/{name}?wait_ms=N&fence=F), again and again, on either Baton
 // process. check.Watches then requires every watch to have returned soon after

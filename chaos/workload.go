@@ -303,7 +303,7 @@ func (w *worker) releaseAll(name string, l *client.Lease, count int) {
 	}
 }
 
-// lockMode is how a lock of the workload is taken (issue 10): exclusively
+// lockMode is how a lock of the workload is taken: exclusively
 // only, or shared with probability shared (and exclusively otherwise), every
 // shared hold under the lock's limit (0: none). Every holder of a lock must
 // agree on its limit, so each lock has one.

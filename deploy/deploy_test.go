@@ -79,7 +79,7 @@ func TestAlertRules(t *testing.T) {
 			}
 		}
 	}
-	// What issue 14 asks to be alerted on.
+	// The alerts an operator needs: Redis gone, waiters near their limit, slow handoffs, failed auth, unacknowledged writes.
 	for _, want := range []string{"BatonRedisUnavailable", "BatonWaiterLimitNear", "BatonHandoffLatencyHigh", "BatonAuthFailures", "BatonWaitUnacknowledged"} {
 		if !slices.Contains(alerts, want) {
 			t.Errorf("no alert %s", want)
@@ -172,7 +172,7 @@ func TestGrafanaDashboard(t *testing.T) {
 			checkExpr(t, "variable "+v.Name, v.Definition, known)
 		}
 	}
-	// What issue 14 asks the dashboard to show.
+	// What the dashboard must show.
 	all := strings.Join(exprs, "\n")
 	for _, want := range []string{"baton_http_requests_total", "baton_http_request_duration_seconds_bucket", "baton_acquires_total",
 		"baton_waiters", "baton_handoff_latency_seconds_bucket", "baton_redis_errors_total", "baton_pubsub_resubscribes_total",

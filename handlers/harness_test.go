@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -508,3 +509,58 @@ func allKeys(ctx context.Context, rdb redis.UniversalClient, pattern string) ([]
 
 // must drops an error a test has no use for (the result is then empty).
 func must[T any](v T, _ error) T { return v }
+
+// ownRedisEnv is an env on a redis-server of its own, so that its script calls
+// can be counted (a waiter's first check is awaited that way: it announces
+// itself nowhere else).
+func ownRedisEnv(t *testing.T, o envOptions) *env {
+	t.Helper()
+	if o.Redis == nil {
+		o.Redis = redistest.Start(t)
+	}
+	return newEnv(t, o)
+}
+
+// awaitCalls waits until the env's Redis has run at least n scripts.
+func (e *env) awaitCalls(n int) {
+	e.t.Helper()
+	pollUntil(e.t, 10*time.Second, "script calls >= "+itoa(n), func() bool { return scriptCalls(e.t, e) >= n })
+}
+
+// parkChecked parks a long-poll (a non-fair acquire with a wait) and returns
+// once it has made its first check after subscribing: two script calls, its
+// try on arrival and that check.
+func (e *env) parkChecked(name string, body map[string]any) <-chan answer {
+	e.t.Helper()
+	base := scriptCalls(e.t, e)
+	ch := e.parkWaiter(name, body)
+	e.awaitCalls(base + 2)
+	return ch
+}
+
+// leftKeys lists the lock's keys other than the lock's own, with their
+// remaining lives.
+func (e *env) leftKeys(name string) []string {
+	e.t.Helper()
+	ctx := context.Background()
+	var left []string
+	for _, k := range e.keys() {
+		if strings.HasPrefix(k, e.lockKey(name)) && k != e.lockKey(name) {
+			left = append(left, k+" (pttl "+e.Redis.PTTL(ctx, k).Val().Round(time.Second).String()+")")
+		}
+	}
+	sort.Strings(left)
+	return left
+}
+
+// heldBy reports whether the lock is held with the owner label.
+func (e *env) heldBy(name, owner string) bool {
+	e.t.Helper()
+	st := e.do(req{Method: "GET", Path: "/v1/locks/" + name})
+	return st.Bool("held") && st.Str("owner") == owner
+}
+
+// queueLen is the number of entries in the lock's queue.
+func (e *env) queueLen(name string) int64 {
+	return e.Redis.ZCard(context.Background(), e.lockKey(name)+":q").Val()
+}

@@ -315,3 +315,34 @@ func idHash(id string) string {
 	sum := sha256.Sum256([]byte(id))
 	return base64.RawURLEncoding.EncodeToString(sum[:16])
 }
+
+// LockState's waiters (and the 423 body's, and a ticket's position) count the
+// queue's entries, dead tickets included: only a dead ticket at the head is
+// pruned. A ticket whose client went away is counted until it reaches the
+// head, for as long as the tickets ahead of it wait.
+func TestWaitersCountLeavesOutDeadTickets(t *testing.T) {
+	const tt = time.Second
+	e := newEnv(t, envOptions{TicketTTL: tt})
+	e.acquire("cnt", map[string]any{"ttl_ms": 30000, "owner": "H"})
+	a := e.enqueue("cnt", map[string]any{"owner": "A"})
+	pa := e.send(req{Method: "GET", Path: a.Str("url") + "?wait_ms=5000"})
+	e.enqueue("cnt", map[string]any{"owner": "dead"}) // never polled again
+	c := e.enqueue("cnt", map[string]any{"owner": "C"})
+	pc := e.send(req{Method: "GET", Path: c.Str("url") + "?wait_ms=5000"})
+	e.awaitWaiters(2)
+	time.Sleep(tt + 500*time.Millisecond) // the unpolled ticket expires
+	st := e.do(req{Method: "GET", Path: "/v1/locks/cnt"})
+	if st.Int("waiters") != 2 {
+		t.Errorf("state waiters %d, want 2 (A and C; the third ticket expired): %s", st.Int("waiters"), st.Raw)
+	}
+	r := e.do(req{Method: "POST", Path: "/v1/locks/cnt", Body: map[string]any{}})
+	if r.Status == http.StatusLocked && r.Int("waiters") != 2 {
+		t.Errorf("423 waiters %d, want 2", r.Int("waiters"))
+	}
+	for _, ch := range []<-chan answer{pa, pc} {
+		<-ch
+	}
+	if p := e.poll(c.Str("url"), 0); p.Int("position") != 2 {
+		t.Errorf("C's position %d, want 2 (only A is ahead of it)", p.Int("position"))
+	}
+}

@@ -1,5 +1,5 @@
 // Package park keeps a waiting long-poll's HTTP/1.x connection without
-// net/http's goroutine and buffers (issue 15).
+// net/http's goroutine and buffers.
 //
 // net/http spends about 28 KB on each connection whose request is being
 // served: the goroutine's stack, a second goroutine that watches for the

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/batonhq/baton/internal/faulthook"
+	"github.com/batonhq/baton/internal/redistest"
 	"github.com/batonhq/baton/store"
 )
 
@@ -125,5 +127,53 @@ func TestCloseRightAfterAGrantWhoseClientLeftLeavesNoHold(t *testing.T) {
 	if st := stateOf(t, newStore(t, store.Options{Prefix: prefix}), "x"); st.Held {
 		t.Fatalf("after Close, the lock is held (fence %d, %v of its ttl left) for A, which left before its answer",
 			st.Fence, st.TTL.Round(time.Millisecond))
+	}
+}
+
+// Close waits for the calls in flight and undoes what they may have granted:
+// an acquire sent to a frozen Redis during shutdown leaves no hold once Redis
+// resumes within the wait.
+func TestCloseWaitsForCallsInFlight(t *testing.T) {
+	srv := redistest.Start(t)
+	prefix := "cl"
+	rdb, err := store.NewClient(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rdb.Close() })
+	s := store.New(rdb, store.Options{Prefix: prefix, Logger: zerolog.New(zerolog.NewTestWriter(t))})
+	if err := s.Ready(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	srv.Freeze()
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Acquire(context.Background(), store.AcquireRequest{Name: "x", TTL: 10 * time.Minute})
+		done <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // let the call reach the frozen Redis
+	closed := make(chan struct{})
+	go func() { _ = s.Close(); close(closed) }()
+	select {
+	case <-closed:
+		t.Fatal("Close returned while a call was in flight")
+	case <-time.After(time.Second):
+	}
+	// The call times out (twice: it is sent again once its deadline has
+	// passed); Close still waits, for the undo of what it may have been
+	// granted, until Redis answers.
+	if err := <-done; !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("acquire during the freeze: %v, want ErrUnavailable", err)
+	}
+	select {
+	case <-closed:
+		t.Fatal("Close returned before the timed-out acquire was undone")
+	case <-time.After(200 * time.Millisecond):
+	}
+	srv.Thaw()
+	<-closed
+	other := newStoreOn(t, srv, store.Options{Prefix: prefix})
+	if st, err := other.State(context.Background(), "x"); err != nil || st.Held {
+		t.Fatalf("lock after Close: %+v %v: a hold nobody knows", st, err)
 	}
 }

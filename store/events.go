@@ -22,8 +22,8 @@ const (
 // blocked in a select: the dispatcher, a timer, the context and the store's
 // shutdown each call fire, which starts a goroutine to run step and nothing
 // more; that goroutine ends when no event is left. While nothing happens a
-// wait holds no goroutine and no stack, only its state (issue 15: tens of
-// thousands of parked long-polls). Steps of one wait never overlap: events
+// wait holds no goroutine and no stack, only its state (tens of
+// thousands of long-polls may be parked). Steps of one wait never overlap: events
 // that come during a step are handed to the next one, as a select loop would
 // see them once the step is done.
 type eventWait struct {

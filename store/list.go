@@ -36,7 +36,7 @@ import (
 // hash of the node's address), not by its place in a list of addresses: after
 // a failover the promoted replica serves the same slots, so the listing goes on
 // with it, scanning it from the start (a SCAN cursor means nothing on another
-// node), and no shard is skipped or done twice (TestR3ListingAcrossAFailover).
+// node), and no shard is skipped or done twice (TestListingAcrossAFailoverListsEveryHeldLock).
 
 // ListRequest asks for a page of locks.
 type ListRequest struct {

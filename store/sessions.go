@@ -229,7 +229,7 @@ func (s *Store) sessionHoldsOp(ctx context.Context, ref Ref, op string, ttl time
 	// The pipeline is sent once (pipeScripter), so it gets one attempt's budget
 	// (its write and read timeouts) in all: a stalled node, and go-redis's
 	// handling of it (marking it failing, reloading the slot map), never hold
-	// the answer past that (TestR3SessionOnAStalledShardAnswersWithinWorstCall).
+	// the answer past that (TestSessionWithAHoldOnAStalledShardAnswersWithinWorstCall).
 	ctx, cancel := context.WithTimeout(ctx, WorstCall/2)
 	defer cancel()
 	// One call per lock, all in one pipeline (split by node on a cluster).

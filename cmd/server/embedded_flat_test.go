@@ -10,9 +10,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The embedded store's cost does not grow with the keys it holds (issue 17,
-// item 6): with 100k keys that have a TTL, an idle process burns no CPU, and a
-// short lease is seen expired at its deadline.
+// The embedded store's cost does not grow with the keys it holds: with 100k
+// keys that have a TTL, an idle process burns no CPU, and a short lease is
+// seen expired at its deadline.
 func TestEmbeddedFlatInKeys(t *testing.T) {
 	ctx := context.Background()
 	rdb := startTestEmbedded(t, func(o *redis.Options) { o.ReadTimeout = time.Minute }) // the fill's scripts are long

@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/internal/faulthook"
+	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/store"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // Grants to fair tickets whose polls' answers may not have reached their
@@ -194,5 +196,96 @@ func TestUnclaimedGrantPassesOnAfterTheTicketTTLWhenItsPollWasLost(t *testing.T)
 	c, err := s.Acquire(as("C"), store.AcquireRequest{Name: "x", TTL: time.Minute, Owner: "C", Wait: 10 * time.Second})
 	if err != nil || c.Lease == nil {
 		t.Fatalf("C, waiting 10 s for a grant kept at most %v for its ticket: %+v %v, want the lock", ticketTTL, c, err)
+	}
+}
+
+// Holds and tickets are bound to the principal that made them ('by'), and
+// every script that acts on one must compare it: another principal gets the
+// answer for an unknown one and changes nothing. Another principal polls p1's
+// ticket, already granted and claimed by p1 (its lease has 60 s): the poll
+// rightly answers ErrTicketGone, but the store takes that answer for an
+// uncertain failure (uncertain() is true for every error that is not a Redis
+// error reply) and queues an unpoll, and unpoll.lua compares no 'by': it cuts
+// p1's lease to the ticket ttl and marks it unclaimed. p1 was told 60 s; the
+// lock passes to someone else after 1 s.
+func TestAnotherPrincipalsPollLeavesAClaimedLeaseAlone(t *testing.T) {
+	ctx := context.Background()
+	m := metrics.New()
+	s := newStore(t, store.Options{TicketTTL: time.Second, Metrics: m})
+	h, err := s.Acquire(ctx, store.AcquireRequest{Name: "x", TTL: time.Minute, By: "p1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := s.Acquire(ctx, store.AcquireRequest{Name: "x", TTL: time.Minute, Fair: true, By: "p1"})
+	if err != nil || q.Ticket == nil {
+		t.Fatalf("enqueue: %+v %v", q, err)
+	}
+	if _, err := s.Release(ctx, store.Ref{Name: "x", ID: h.Lease.ID, By: "p1"}); err != nil {
+		t.Fatal(err)
+	}
+	own, err := s.Poll(ctx, store.Ref{Name: "x", ID: q.Ticket.ID, By: "p1"}, 0)
+	if err != nil || own.Lease == nil || own.Lease.TTL < 50*time.Second {
+		t.Fatalf("p1's poll: %+v %v, want its lease with about 60s", own, err)
+	}
+
+	_, err = s.Poll(ctx, store.Ref{Name: "x", ID: q.Ticket.ID, By: "p2"}, 0)
+	if !errors.Is(err, store.ErrTicketGone) {
+		t.Fatalf("p2's poll of p1's ticket: %v, want ErrTicketGone", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for testutil.ToFloat64(m.Undos.WithLabelValues("unclaimed"))+testutil.ToFloat64(m.Undos.WithLabelValues("gone")) == 0 &&
+		time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond) // the cleaner announces itself only in its metric
+	}
+	l, err := s.Lease(ctx, store.Ref{Name: "x", ID: own.Lease.ID, By: "p1"})
+	if err != nil {
+		t.Fatalf("p1's lease after p2's poll: %v", err)
+	}
+	if l.TTL < 50*time.Second {
+		t.Errorf("p1's lease has %v left after another principal polled its ticket, want about 60s (p2 must change nothing)", l.TTL)
+	}
+}
+
+// GET .../tickets/{ticket} answers the lease once the ticket is granted, every
+// time it is asked (a client whose answer was lost asks again). What Redis
+// keeps for a lock must not grow with how often that is asked: the lock's
+// key is read and written whole by every operation on the lock.
+func TestPollingAGrantedTicketAgainAndAgainKeepsTheLockSmall(t *testing.T) {
+	s := newStore(t, store.Options{})
+	rdb := shared.Client(t)
+	ctx := context.Background()
+	h := mustAcquire(t, s, "H", "x")
+	q, err := s.Acquire(as("A"), store.AcquireRequest{Name: "x", TTL: time.Minute, Owner: "A", Fair: true})
+	if err != nil || q.Ticket == nil {
+		t.Fatalf("A: %+v %v, want a ticket", q, err)
+	}
+	if _, err := s.Release(as("H"), store.Ref{Name: "x", ID: h.ID}); err != nil {
+		t.Fatal(err)
+	}
+	poll := func() {
+		t.Helper()
+		p, err := s.Poll(as("A"), store.Ref{Name: "x", ID: q.Ticket.ID}, 0)
+		if err != nil || p.Lease == nil {
+			t.Fatalf("A's poll of its granted ticket: %+v %v, want the lease", p, err)
+		}
+	}
+	poll()
+	size := func() int64 {
+		n, err := rdb.MemoryUsage(ctx, s.LockKey("x")).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	before := size()
+	const polls = 500
+	for range polls {
+		poll()
+	}
+	after := size()
+	t.Logf("the lock's key: %d B after the first poll, %d B after %d more", before, after, polls)
+	if after > before+256 {
+		t.Fatalf("the lock's key grew from %d B to %d B with %d polls of a granted ticket: it grows with every poll",
+			before, after, polls)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/batonhq/baton/internal/faulthook"
+	"github.com/batonhq/baton/internal/redistest"
 	"github.com/batonhq/baton/store"
 )
 
@@ -358,4 +359,221 @@ func TestStalledWorkOnOneLockDoesNotDelayEndingAnUnknownHoldOnAnother(t *testing
 		t.Logf("B, gone, not answered after %v: going on", answerBound)
 	}
 	freeWithin(t, s, "b", left, "B's client left while its call was on its way")
+}
+
+// A client already gone when its request reaches the store creates nothing: no
+// grant, no ticket.
+func TestNothingForAClientGone(t *testing.T) {
+	prefix := "gone" + time.Now().Format("150405.000000")
+	s := newStore(t, store.Options{Prefix: prefix})
+	rdb := shared.Client(t)
+	bg := context.Background()
+	h, err := s.Acquire(bg, store.AcquireRequest{Name: "busy", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(bg)
+	cancel()
+	for _, r := range []store.AcquireRequest{
+		{Name: "free", TTL: time.Minute},
+		{Name: "free", TTL: time.Minute, Fair: true},
+		{Name: "busy", TTL: time.Minute, Fair: true},
+		{Name: "busy", TTL: time.Minute, Fair: true, Wait: time.Second},
+		{Name: "busy", TTL: time.Minute, Wait: time.Second},
+	} {
+		if _, err := s.Acquire(ctx, r); !errors.Is(err, store.ErrUnavailable) {
+			t.Errorf("%+v: error %v, want ErrUnavailable (client gone)", r, err)
+		}
+	}
+	keys := rdb.Keys(bg, prefix+":*").Val()
+	for _, k := range keys {
+		if k != s.LockKey("busy") {
+			t.Errorf("key %s left by a client already gone", k)
+		}
+	}
+	if st, err := s.State(bg, "busy"); err != nil || st.Holders != 1 || st.Waiters != 0 || st.Fence != h.Lease.Fence {
+		t.Errorf("busy after clients already gone asked for it: %+v %v, want only the holder", st, err)
+	}
+}
+
+// A call that never left the process is a definite failure: with Redis gone,
+// an acquire's dial is refused (and then the health gate refuses the calls
+// after it), so nothing was sent that could run later, and there is nothing
+// to undo and no tombstone to leave. (The cleaner used to queue an undo, and a
+// tombstone, for every such call: thousands per Redis outage.)
+func TestRefusedCallLeavesNothingToUndo(t *testing.T) {
+	for _, gated := range []bool{false, true} {
+		srv := redistest.Start(t)
+		var s *store.Store
+		if gated {
+			rdb, gate, err := store.NewGatedClient(srv.URL())
+			if err != nil {
+				t.Fatal(err)
+			}
+			s = store.New(rdb, store.Options{Prefix: "rf", Gate: gate, Logger: zerolog.New(zerolog.NewTestWriter(t))})
+			t.Cleanup(func() { _ = s.Close(); _ = rdb.Close() })
+		} else {
+			s = newStoreOn(t, srv, store.Options{})
+		}
+		ctx := context.Background()
+		held, err := s.Acquire(ctx, store.AcquireRequest{Name: "busy", TTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := s.Acquire(ctx, store.AcquireRequest{Name: "busy", TTL: time.Minute, Fair: true})
+		if err != nil || q.Ticket == nil {
+			t.Fatalf("enqueue: %+v %v", q, err)
+		}
+		_ = held
+		srv.Kill()
+		for i, call := range []func() error{
+			func() error { _, err := s.Acquire(ctx, store.AcquireRequest{Name: "x", TTL: time.Minute}); return err },
+			func() error {
+				_, err := s.Acquire(ctx, store.AcquireRequest{Name: "x", TTL: time.Minute, Fair: true})
+				return err
+			},
+			func() error { _, err := s.Poll(ctx, store.Ref{Name: "busy", ID: q.Ticket.ID}, 0); return err },
+			func() error {
+				_, err := s.Poll(ctx, store.Ref{Name: "busy", ID: q.Ticket.ID}, 200*time.Millisecond)
+				return err
+			},
+		} {
+			if err := call(); !errors.Is(err, store.ErrUnavailable) {
+				t.Fatalf("gated %v, call %d with Redis gone: %v, want ErrUnavailable", gated, i, err)
+			}
+			if n := s.PendingUndos(); n != 0 {
+				t.Fatalf("gated %v, call %d: %d undos queued for calls that never reached Redis, want none", gated, i, n)
+			}
+		}
+	}
+}
+
+// A keyed acquire grants, and every reply to it is lost: the client is told
+// it failed, and nobody was told of the hold. That hold ends, and the key is
+// forgotten with it: the client's retry with the key is a fresh attempt,
+// granted, never "key used".
+func TestAKeyedHoldNobodyWasToldOfIsForgottenWithItsKey(t *testing.T) {
+	s, h := faultyStore(t, store.Options{})
+	lost := h.Arm(faulthook.Rule{Lock: "x", Tag: "A", Every: true, Action: faulthook.DropReply})
+	if res, err := s.Acquire(as("A"), keyedRequest()); err == nil {
+		t.Fatalf("A, every reply lost: answered %+v, want an error", res)
+	}
+	lost.Disarm()
+	if lost.Count() == 0 {
+		t.Fatal("no reply to A was lost")
+	}
+	freeWithin(t, s, "x", time.Now(), "A was told its keyed acquire failed")
+	res, err := s.Acquire(as("A again"), keyedRequest())
+	if err != nil || res.Lease == nil || res.Replayed {
+		t.Fatalf("A's retry with its key once the hold nobody knew ended: %+v %v, want a fresh grant", res, err)
+	}
+}
+
+// A keyed acquire grants and every reply to it is lost; what the store does
+// to end that request is held up. B, a retry with the key, is answered that
+// hold (replayed). Then the held-up work reaches Redis: it must leave the hold
+// B was told of.
+func TestUndoOfAKeyedRequestSparesTheHoldARetryWasToldOf(t *testing.T) {
+	s, h := faultyStore(t, store.Options{})
+	lost := h.Arm(faulthook.Rule{Lock: "x", Tag: "A", Every: true, Action: faulthook.DropReply})
+	later := h.Arm(faulthook.Rule{Lock: "x", Untagged: true, Every: true, Action: faulthook.HoldBack})
+	if res, err := s.Acquire(as("A"), keyedRequest()); err == nil {
+		t.Fatalf("A, every reply lost: answered %+v, want an error", res)
+	}
+	lost.Disarm()
+	caught(t, later, "the store's own work about A")
+	b, err := s.Acquire(as("B"), keyedRequest())
+	if err != nil || b.Lease == nil || !b.Replayed {
+		t.Fatalf("B, A's retry with its key: %+v %v, want A's hold, replayed", b, err)
+	}
+	delivered(t, "the store's own work about A", later.Deliver())
+	stillHeldBy(t, s, "B", b.Lease)
+}
+
+// A keyed acquire's attempts are all held up in the network: the client is
+// told it failed, and what the store does to end that request is held up too.
+// B, a retry with the key, finds the lock free and is granted afresh, under
+// the lease every request with the key lands on. Then the held-up work reaches
+// Redis: it must end nothing B made, and the key must still name B's hold.
+func TestUndoOfAKeyedRequestSparesAFreshHoldMadeWithItsKey(t *testing.T) {
+	s, h := faultyStore(t, store.Options{})
+	lost := h.Arm(faulthook.Rule{Lock: "x", Tag: "A", Every: true, Action: faulthook.HoldBack})
+	later := h.Arm(faulthook.Rule{Lock: "x", Untagged: true, Every: true, Action: faulthook.HoldBack})
+	if res, err := s.Acquire(as("A"), keyedRequest()); err == nil {
+		t.Fatalf("A, every attempt held up: answered %+v, want an error", res)
+	}
+	lost.Disarm()
+	caught(t, later, "the store's own work about A")
+	b, err := s.Acquire(as("B"), keyedRequest())
+	if err != nil || b.Lease == nil || b.Replayed {
+		t.Fatalf("B, A's retry with its key, the lock free: %+v %v, want a fresh grant", b, err)
+	}
+	delivered(t, "the store's own work about A", later.Deliver())
+	d, err := s.Acquire(as("D"), keyedRequest())
+	if err != nil || d.Lease == nil || !d.Replayed || d.Lease.ID != b.Lease.ID {
+		t.Fatalf("D, another retry with the key: %+v %v, want B's hold, replayed", d, err)
+	}
+	stillHeldBy(t, s, "B", b.Lease)
+}
+
+// A retry with an Idempotency-Key replays the hold its first request made. A
+// replay whose answer never reached its client told nobody of the hold: when
+// the first request's answer was lost too, nobody knows the hold, and it must
+// end within the settle window, as a hold whose only request lost its answer
+// does.
+func TestAHoldWhoseRequestAndItsReplayBothLostTheirAnswersEndsWithinTheSettleWindow(t *testing.T) {
+	s, h := faultyStore(t, store.Options{})
+	req := store.AcquireRequest{Name: "x", TTL: time.Minute, Owner: "A", IdemKey: "k", BodyHash: "b"}
+
+	// What the store does on its own (its cleanups) is held up until both
+	// requests have run.
+	background := h.Arm(faulthook.Rule{Lock: "x", Untagged: true, Every: true, Action: faulthook.HoldBack})
+
+	// A's call runs on a free lock (a grant), and its reply is lost; A's
+	// client gives up.
+	lostA := h.Arm(faulthook.Rule{Lock: "x", Tag: "A", Action: faulthook.DropReply})
+	ctxA, leaveA := context.WithCancel(as("A"))
+	defer leaveA()
+	a := request(ctxA, s, req)
+	caught(t, lostA, "A's call")
+	leaveA()
+	notGranted(t, "A, gone,", a)
+
+	// B, A's retry with its key, runs (a replay of A's hold), and its reply is
+	// lost too; B's client gives up as well.
+	lostB := h.Arm(faulthook.Rule{Lock: "x", Tag: "B", Action: faulthook.DropReply})
+	ctxB, leaveB := context.WithCancel(as("B"))
+	defer leaveB()
+	b := request(ctxB, s, req)
+	caught(t, lostB, "B's call")
+	leaveB()
+	notGranted(t, "B, gone,", b)
+
+	since := time.Now()
+	delivered(t, "the store's own calls", background.Deliver())
+	freeWithin(t, s, "x", since, "a hold whose request and whose replay both lost their answers")
+}
+
+// keyedRequest is A's acquire with the key k.
+func keyedRequest() store.AcquireRequest {
+	return store.AcquireRequest{Name: "x", TTL: time.Minute, Owner: "A", IdemKey: "k", BodyHash: "b"}
+}
+
+// stillHeldBy fails unless who still holds l with most of its minute left, C
+// cannot take the lock, and who's release succeeds.
+func stillHeldBy(t *testing.T, s *store.Store, who string, l *store.Lease) {
+	t.Helper()
+	got, err := s.Lease(as(who), store.Ref{Name: l.Name, ID: l.ID})
+	if err != nil {
+		t.Fatalf("%s's lease (fence %d), never released: %v", who, l.Fence, err)
+	}
+	if got.TTL < 50*time.Second {
+		t.Fatalf("%s's lease has %v left of its minute", who, got.TTL.Round(time.Millisecond))
+	}
+	if c, err := s.Acquire(as("C"), store.AcquireRequest{Name: l.Name, TTL: time.Minute, Owner: "C"}); !errors.Is(err, store.ErrLockHeld) {
+		t.Fatalf("C, while %s holds: %+v %v, want the lock held", who, c, err)
+	}
+	if _, err := s.Release(as(who), store.Ref{Name: l.Name, ID: l.ID}); err != nil {
+		t.Fatalf("%s's release: %v", who, err)
+	}
 }

@@ -3,6 +3,8 @@ package store_test
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,5 +115,39 @@ func TestRetryOfAKeyedFairRequestWhoseClientLeftIsHandedItsTicketsGrant(t *testi
 	}
 	if st.Held || st.Waiters != 0 {
 		t.Fatalf("after B released the lease, the lock is %+v: want it free", st)
+	}
+}
+
+// Two replicas of one deployment (the same Redis, the same prefix) with
+// different BATON_SECRETs (a rotation rolled out one replica at a time, a
+// typo in one manifest) derive different ids for one Idempotency-Key. A
+// client's retry that reaches the other replica must not be told
+// ErrIdempotencyUsed (409: what the key made has ended) while the hold is
+// held: either that replica finds the first lease, or it refuses with
+// ErrSecretMismatch and says so in its readiness. (The handlers' tests cover
+// the same after Redis loses its stored secret.)
+func TestRetryOnAReplicaWithAnotherSecretFindsTheHoldOrRefuses(t *testing.T) {
+	ctx := context.Background()
+	prefix := "r2s" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+	a := newStore(t, store.Options{Prefix: prefix, Secret: []byte(strings.Repeat("a", 32))})
+	b := newStore(t, store.Options{Prefix: prefix, Secret: []byte(strings.Repeat("b", 32))})
+	r := store.AcquireRequest{Name: "sec", TTL: time.Minute, By: "p", IdemKey: "k-1", BodyHash: "h"}
+	first, err := a.Acquire(ctx, r)
+	if err != nil || first.Lease == nil {
+		t.Fatalf("first request: %+v %v", first, err)
+	}
+	retry, err := b.Acquire(ctx, r)
+	switch {
+	case errors.Is(err, store.ErrSecretMismatch):
+		// The replicas do not agree, and b says so rather than deriving other ids.
+		if rerr := b.Ready(ctx); !errors.Is(rerr, store.ErrSecretMismatch) {
+			t.Errorf("b's readiness with a secret other than a's: %v, want ErrSecretMismatch", rerr)
+		}
+	case errors.Is(err, store.ErrIdempotencyUsed):
+		t.Errorf("retry on the other replica, while the key's hold is held: ErrIdempotencyUsed (409 \"has ended\")")
+	case err != nil:
+		t.Errorf("retry on the other replica: %v", err)
+	case retry.Lease == nil || retry.Lease.ID != first.Lease.ID:
+		t.Errorf("retry on the other replica: %+v, want the first lease", retry)
 	}
 }

@@ -25,13 +25,13 @@ import (
 	"github.com/batonhq/baton/store"
 )
 
-// r3WriteCerts writes a CA and a server certificate for 127.0.0.1 and ::1
+// writeClusterCerts writes a CA and a server certificate for 127.0.0.1 and ::1
 // signed by it into dir: ca.pem, cert.pem, key.pem.
-func r3WriteCerts(t *testing.T, dir string) {
+func writeClusterCerts(t *testing.T, dir string) {
 	t.Helper()
 	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	ca := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "r3 test CA"},
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "cluster TLS test CA"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
 	}
@@ -69,10 +69,10 @@ func r3WriteCerts(t *testing.T, dir string) {
 // pub/sub, WAIT pipelines reach each master over TLS, one pub/sub
 // connection per master. The cluster URL takes no options, so the CA must be
 // in the system pool: the test runs the store in a child process with
-// SSL_CERT_FILE naming the test CA. (An attack that failed: it passes.)
-func TestR3TLSCluster(t *testing.T) {
-	if url := os.Getenv("R3_TLS_URL"); url != "" {
-		r3TLSChild(t, url)
+// SSL_CERT_FILE naming the test CA.
+func TestTLSClusterGrantsAndWakesOnEveryShard(t *testing.T) {
+	if url := os.Getenv("TLS_CLUSTER_URL"); url != "" {
+		tlsClusterChild(t, url)
 		return
 	}
 	cli, err := redistest.CLIBinary()
@@ -80,7 +80,7 @@ func TestR3TLSCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	certs := t.TempDir()
-	r3WriteCerts(t, certs)
+	writeClusterCerts(t, certs)
 	c := &redistest.Cluster{}
 	t.Cleanup(c.Stop)
 	var seeds []string
@@ -109,8 +109,8 @@ func TestR3TLSCluster(t *testing.T) {
 	if err := c.AwaitHealthy(ctx); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestR3TLSCluster$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), "R3_TLS_URL=rediss+cluster://"+strings.Join(seeds, ","),
+	cmd := exec.Command(os.Args[0], "-test.run=^TestTLSClusterGrantsAndWakesOnEveryShard$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), "TLS_CLUSTER_URL=rediss+cluster://"+strings.Join(seeds, ","),
 		"SSL_CERT_FILE="+filepath.Join(certs, "ca.pem"))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -119,13 +119,13 @@ func TestR3TLSCluster(t *testing.T) {
 	t.Logf("child:\n%s", out)
 }
 
-func r3TLSChild(t *testing.T, url string) {
+func tlsClusterChild(t *testing.T, url string) {
 	rdb, err := store.NewClient(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := metrics.New()
-	s := store.New(rdb, store.Options{Prefix: "r3tls", Metrics: m, WaitReplicas: 1, WaitTimeout: 10 * time.Millisecond})
+	s := store.New(rdb, store.Options{Prefix: "cxtls", Metrics: m, WaitReplicas: 1, WaitTimeout: 10 * time.Millisecond})
 	t.Cleanup(func() { _ = s.Close(); _ = rdb.Close() })
 	ctx := context.Background()
 	for deadline := time.Now().Add(10 * time.Second); ; {
@@ -141,7 +141,7 @@ func r3TLSChild(t *testing.T, url string) {
 	masters := map[string]bool{}
 	for i := 0; len(masters) < 3 && i < 200; i++ {
 		name := "n" + strconv.Itoa(i)
-		m := s.R3MasterOf(name)
+		m := s.MasterOf(name)
 		if m == "" || masters[m] {
 			continue
 		}
@@ -150,7 +150,7 @@ func r3TLSChild(t *testing.T, url string) {
 		if err != nil || first.Lease == nil {
 			t.Fatalf("%s on %s: %+v %v", name, m, first, err)
 		}
-		got := r3Waiter(t, s, name, 10*time.Second)
+		got := startWaiter(t, s, name, 10*time.Second)
 		if _, err := s.Release(ctx, store.Ref{Name: name, ID: first.Lease.ID}); err != nil {
 			t.Fatal(err)
 		}
