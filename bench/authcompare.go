@@ -144,7 +144,7 @@ func (r *results) authTable() string {
 		return ""
 	}
 	var b strings.Builder
-	b.WriteString("Access control (issue 9): the same Baton binary in keys mode (one key, granted lock on `*`, sent as a Bearer key), " +
+	b.WriteString("Access control: the same Baton binary in keys mode (one key, granted lock on `*`, sent as a Bearer key), " +
 		"with `BATON_AUTH=off`, and in protected mode (the default; `baton`), each its own process, interleaved within each run.\n\n")
 	b.WriteString(mdTable([]string{"concurrency", "keys vs off throughput", "keys vs protected throughput", "off vs protected throughput",
 		"keys - off server CPU µs/pair"}, rows))

@@ -165,7 +165,7 @@ Scenarios:
   still. Per name: bytes / N; in its guard: bytes / keys still counted. One run
   per system and N, no median. Keys left after the guard fail the benchmark.
 
-- **cluster** (issue 13): Baton over the one redis-server (baton) against a
+- **cluster**: Baton over the one redis-server (baton) against a
   Baton over a Redis Cluster of 3 masters without replicas (baton-cluster;
   ` + "`redis+cluster://`" + `, every node a seed), every node pinned with the serving
   side, on this same machine: uncontended pairs over distinct names, as in

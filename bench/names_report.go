@@ -90,7 +90,7 @@ func (r *results) namesTable() string {
 		"not RSS, so neither fragmentation nor memory jemalloc keeps after keys are freed shows here. Expired keys count until "+
 		"Redis reclaims them (on access, or by its active expiry, about 10 times a second): 'keys gone after release' is when "+
 		"DBSIZE was back at the baseline; '(SCAN)' marks a run where it was not by guard + 30 s and a SCAN of the keyspace expired "+
-		"the rest. Before issue 16 every name left a %d-byte fence key for 7 days.\n\n", guard, fenceKeyBefore)
+		"the rest. (A design that kept a fence key per name for 7 days would leave %d bytes per name.)\n\n", guard, fenceKeyBefore)
 	return b.String()
 }
 

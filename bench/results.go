@@ -347,7 +347,7 @@ func evaluateGoals(r *results) []goal {
 	}
 	if w != nil {
 		add("waiters 20000: <= 16 KiB RSS per waiter", true, fmt.Sprintf("%.0f B%s", w.RSSPerWaiter, at), w.RSSPerWaiter <= 16384)
-		add("waiters 20000: < 8 KiB RSS per waiter once Go has collected the arrival's garbage (issue 15)", w.RSSPerWaiterAfterGC > 0,
+		add("waiters 20000: < 8 KiB RSS per waiter once Go has collected the arrival's garbage", w.RSSPerWaiterAfterGC > 0,
 			fmt.Sprintf("%.0f B%s", w.RSSPerWaiterAfterGC, at), w.RSSPerWaiterAfterGC < 8192)
 		add("waiters 20000: <= 2 pub/sub connections to Redis", true,
 			fmt.Sprintf("%d pub/sub (%d connections in all)%s", w.PubSubConns, w.RedisConns, at), w.PubSubConns <= 2)

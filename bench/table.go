@@ -127,11 +127,7 @@ func (r *results) table() string {
 	b.WriteString(r.namesTable())
 	b.WriteString(r.clusterTable())
 	b.WriteString(r.loadNote() + "\n\n")
-	issues := "issue 4, against etcd's best style per durability: issue 15; names: issue 16; cluster: issue 13"
-	if len(authGoals(r)) > 0 {
-		issues += "; access control: issue 9"
-	}
-	b.WriteString("### goals (" + issues + ")\n\n")
+	b.WriteString("### goals (against etcd's best style per durability)\n\n")
 	var rows [][]string
 	for _, g := range r.Goals {
 		rows = append(rows, []string{g.Status, g.Goal, g.Got})
