@@ -66,22 +66,16 @@ func startWaiter(t *testing.T, s *store.Store, name string, wait time.Duration) 
 	return got
 }
 
-// DEFECT (cluster.go, newClusterClient; sessions.go): "no other error is
-// retried, whatever the command" holds only for the scripts sent through
-// onceScripter. Every other command and every pipeline of the cluster client
-// is retried by go-redis after a timeout or a broken connection up to
-// MaxRedirects (8) more times, whatever MaxRetries says: a session's holds
-// (sessionHoldsOp: look, renew, end, pipelined), the listing's states, the
-// Idempotency-Key record check, the secret. Against a master that stopped
-// answering (a stall, a partition) each attempt waits out the 2 s read
-// timeout, so GET, PATCH and DELETE of a session with a hold on that shard
-// hang about 20 s before their 503, beyond WorstCall (8 s), which the store
-// promises bounds any call (shutdown budgets, "not after" deadlines).
-//
-// Suggested fix: set ClusterOptions.MaxRedirects for what it is (redirects)
-// but make the store's plain commands and pipelines NoRetry too (wrap them,
-// or run them on the per-node clients of the topology, which have no
-// retries), and let the store retry what is idempotent itself.
+// A session with a hold on a master that stops answering (SIGSTOP: its
+// connections stay open and nothing is read, as in a stall or a partition) is
+// read within WorstCall, which the store promises bounds any call (shutdown
+// budgets and "not after" deadlines count on it). The session's own keys are
+// on another master, so only its holds wait on the stalled one; the node
+// timeout is long, so no failover ends the stall. The holds' scripts go out in
+// one pipeline, each sent once (onceCmd: go-redis's cluster client would send a
+// timed-out command or pipeline again up to MaxRedirects more times, each
+// waiting out the 2 s read timeout), and that pipeline gets one attempt's
+// budget, WorstCall/2, in all.
 func TestSessionWithAHoldOnAStalledShardAnswersWithinWorstCall(t *testing.T) {
 	c := redistest.StartCluster(t, redistest.ClusterConfig{ReplicasPer: -1, NodeTimeout: 30 * time.Second})
 	ctx := context.Background()
@@ -136,20 +130,15 @@ func TestSessionWithAHoldOnAStalledShardAnswersWithinWorstCall(t *testing.T) {
 	}
 }
 
-// DEFECT (clock.go): the clock of each master is sampled at Ready and every
-// clockEvery (5 s), for the masters of the slot map at that moment; nothing
-// samples a master that appears between two samples. After a failover the
-// promoted master has no estimate until the next tick, and every call on its
-// locks meanwhile goes out with an empty "not after" (notAfter returns ""):
-// the scripts then take no deadline, so a grant whose call timed out and was
-// undone can still take effect when the call reaches Redis late (the very
-// case the deadline exists for; README Guarantees, "No hold nobody knows").
-// Same for handoffLatency. Only /readyz probes (Ready) make it up sooner.
-//
-// Suggested fix: sample a master's clock when it first appears in the slot
-// map (topology.onChange), and have clockOf fall back to a fresh sample (or
-// to the offset of any master, since offsets differ only by clock skew)
-// rather than to no deadline.
+// Calls on the locks of a replica promoted by a failover carry a "not after"
+// deadline as soon as the store's slot map names the new master. Each master's
+// clock is sampled every clockEvery (5 s), and also as soon as the slot map
+// names a master the store has no estimate of (runClock); a call that finds no
+// estimate samples one first (stamp). A call without a deadline could still
+// take effect when it reaches Redis late, after it timed out and its grant was
+// undone: the very case the deadline exists for (README, What Baton
+// guarantees, "No hold nobody knows"). The master is killed right after a
+// periodic sample, so the next one is about 5 s away.
 func TestCallsOnAPromotedMasterCarryANotAfterDeadline(t *testing.T) {
 	c := redistest.StartCluster(t, redistest.ClusterConfig{})
 	born := time.Now()
@@ -389,19 +378,15 @@ func manualFailover(t *testing.T, c *redistest.Cluster, replica *redistest.Serve
 	}
 }
 
-// DEFECT (list.go on a cluster): a listing cursor names a node by its index
-// among the masters sorted by address, and carries that node's SCAN cursor.
-// After a failover (here a graceful CLUSTER FAILOVER: nothing is lost, every
-// lock stays held) the promoted replica has another address, the sorted list
-// shifts, and the next page goes on with the SCAN of another node, or skips
-// the rest of a node it thinks it has done: held locks are never listed,
-// though list.go promises SCAN's guarantee ("visits every key that exists from
-// start to end of the iteration").
-//
-// Suggested fix: name the node in the cursor by the slots it serves (say its
-// first slot), not by its place in a list of addresses, and resume from the
-// node that serves that slot now (a replica promoted in its place has the
-// same keys; SCAN from 0 again, keeping "after", when the node changed).
+// A listing paged across a failover (a graceful CLUSTER FAILOVER: nothing is
+// lost, every lock stays held) still lists every held lock, as SCAN promises
+// ("visits every key that exists from start to end of the iteration"). A
+// cursor names its node by the first slot that node serves, and a hash of its
+// address, not by its place among the masters' addresses, which the promoted
+// replica's new address shifts: the next page goes on with whichever node
+// serves that slot now and, that being another node, scans it from the start
+// (a SCAN cursor means nothing on another node). The master failed over is
+// one after the first, at the moment the cursor goes on with it.
 func TestListingAcrossAFailoverListsEveryHeldLock(t *testing.T) {
 	c := redistest.StartCluster(t, redistest.ClusterConfig{})
 	s := newClusterStore(t, c, store.Options{Prefix: "cxl"})
@@ -454,16 +439,16 @@ func TestListingAcrossAFailoverListsEveryHeldLock(t *testing.T) {
 	}
 }
 
-// DEFECT (cluster.go, topology.node): the topology makes a client for every
-// address that was ever a master (WAIT pipelines, TIME samples, pub/sub
-// links) and keeps it, with its pool of open connections, until the store
-// closes. A master demoted by a failover keeps the store's idle connections
-// for ever; on a cluster whose nodes come and go (pods with new addresses)
-// the clients and their connections only grow. The dispatcher drops its link
-// to a node that serves no slot (dropIdle); the client under it stays.
-//
-// Suggested fix: close and forget the client of an address the slot map no
-// longer names as a master (once no link uses it).
+// The topology makes a client, with its own pool of connections, for each
+// master it reaches directly (WAIT pipelines, TIME samples, pub/sub links).
+// Once a node has served no slot for nodeGrace (a master demoted by a
+// failover, a node gone for good), its client is closed and forgotten, and
+// made again if the node comes back as a master; otherwise a demoted master
+// would keep the store's idle connections for ever, and on a cluster whose
+// nodes come and go (pods with new addresses) clients and connections would
+// only grow. Here WaitReplicas gives the store a client for every master;
+// after a manual failover the old master leaves both the slot map and the
+// clients within a few loads.
 func TestClientsOfDemotedMastersAreClosed(t *testing.T) {
 	c := redistest.StartCluster(t, redistest.ClusterConfig{})
 	s := newClusterStore(t, c, store.Options{Prefix: "cxn", WaitReplicas: 1, WaitTimeout: time.Second})

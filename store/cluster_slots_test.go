@@ -37,24 +37,19 @@ func awaitChannelOn(t *testing.T, s *store.Store, name, addr string) {
 	t.Fatalf("%s: channel on %q (ready %v), want it confirmed on %s", name, a, ready, addr)
 }
 
-// DEFECT (dispatcher, unsubs bookkeeping): a SUNSUBSCRIBE the writer sends to
-// a node that no longer serves the channel's slot is answered MOVED, not with a
-// confirmation, yet link.unsubs counts it as pending for ever (until the link
-// is renewed). Every migration leaves such a count: the channel is moved off
-// the old master after that master gave the slot up. When the slot later comes
-// back to that master and leaves it again, the node's own SUNSUBSCRIBE of the
-// channel is taken for the confirmation of that old one and ignored: the
-// channel stays on a link where nothing is subscribed, no slot-map load is
-// asked for, and the waiters sleep through a release on the new master until
-// the next periodic load (up to topologyEvery, 2 s) reroutes the channel. The
-// README promises the store follows "at once ... the node dropping a channel
-// because its slot left".
-//
-// Suggested fix: match replies to the writer's commands in order (a FIFO of
-// expected replies per connection: a confirmation or an error reply, MOVED
-// included, ends the oldest), and treat any unmatched sunsubscribe as the
-// node's; or simply never trust a sunsubscribe for a channel whose last
-// SSUBSCRIBE on the link came after the SUNSUBSCRIBE being counted.
+// A channel follows its slot each time the slot leaves a master, also a master
+// the slot has left before. Every migration ends with the store unsubscribing
+// the channel from a node that has already given the slot up, which answers
+// that SUNSUBSCRIBE with MOVED: the dispatcher matches the replies on a link to
+// the commands it wrote there, in order, so that reply settles the
+// SUNSUBSCRIBE and none stays counted as pending. When the slot leaves the
+// master again, the node's own SUNSUBSCRIBE of the channel is then taken for
+// what it is, its slot gone: the store subscribes the channel again where its
+// slot map says and has the map loaded afresh (a MOVED reply to that
+// SSUBSCRIBE moves it on), so a waiter hears a release on the new master
+// within a second, not at the next periodic load (up to topologyEvery, 2 s,
+// away). docs/operations.md promises the slot map is followed at once when a
+// node drops a channel because its slot left.
 func TestChannelFollowsItsSlotWhenTheSlotLeavesAMasterAgain(t *testing.T) {
 	c := sharedCluster(t)
 	born := time.Now()
@@ -99,14 +94,17 @@ func TestChannelFollowsItsSlotWhenTheSlotLeavesAMasterAgain(t *testing.T) {
 	}
 }
 
-// DEFECT (same root as above, worse outcome): when the slot leaves a master and
-// comes back to it between two periodic loads (a rebalance undone, a migration
-// rolled back), the store's slot map never changes, so nothing ever reroutes
-// the channel: after the node's SUNSUBSCRIBE is ignored the channel stays
-// "ready" on a link with no subscription for good. Releases and grants
-// announced on that master are never heard; a non-fair waiter sleeps through
-// a free lock until its wait ends (its lease timer's poke announces on the
-// same deaf channel).
+// A slot that leaves a master and comes back to it between two periodic
+// slot-map loads (a rebalance undone, a migration rolled back) leaves the
+// store's slot map as it was, so only the nodes' own SUNSUBSCRIBEs tell the
+// store its subscription is gone. Each is taken for the node's, never for the
+// confirmation of a SUNSUBSCRIBE the store sent during an earlier migration
+// (those were settled by their MOVED replies), and the channel is subscribed
+// again on the node that serves the slot: a non-fair waiter hears a release on
+// that master at once. A channel left "ready" on a link with no subscription
+// would lose every release and grant announced there for good, and the waiter
+// would sleep through a free lock until its wait ends (its lease timer's poke
+// announces on the same channel).
 func TestWaiterHearsAReleaseAfterItsSlotLeavesAndComesBack(t *testing.T) {
 	c := sharedCluster(t)
 	born := time.Now()
@@ -185,19 +183,16 @@ func startIPv6Cluster(t *testing.T) (*redistest.Cluster, string) {
 	return c, "redis+cluster://" + strings.Join(seeds, ",")
 }
 
-// DEFECT (cluster.go, redirect): on a cluster whose nodes have IPv6
-// addresses, Redis writes a redirection as "ASK 3999 ::1:7001" (no brackets).
-// go-redis's cluster client brackets it (internal.GetAddr) before dialling;
-// the store's own redirect() does not, and evalWaitCluster dials "::1:7001"
-// ("too many colons in address"). So with BATON_WAIT_REPLICAS, every call on a
-// slot being migrated (answered ASK by its old master for as long as the
-// migration lasts) fails with 503; a MOVED one also writes the unbracketed
-// address into the slot map (topology.moved), where pub/sub links and WAIT
-// pipelines use it until the next load. The dispatcher's handling of a MOVED
-// reply to SSUBSCRIBE (receive -> moved) parses it with the same function.
-//
-// Suggested fix: parse the address as go-redis does (last colon; bracket a
-// host that has a colon): net.JoinHostPort(host, port) in redirect().
+// On a cluster whose nodes have IPv6 addresses, Redis writes a redirection
+// without brackets ("ASK 3999 ::1:7001"). The store reads one (redirect) as
+// go-redis's cluster client does: the port after the last colon, the host
+// bracketed. So with WaitReplicas, whose pipelines follow redirections
+// themselves (evalWaitCluster), a release on a slot being migrated, which its
+// old master answers with ASK for as long as the migration lasts, goes on to
+// the importing node and succeeds rather than failing with 503. The same
+// reading puts the address of a MOVED reply into the store's slot map (used by
+// pub/sub links and WAIT pipelines), and serves a MOVED reply to an
+// SSUBSCRIBE.
 func TestWaitReplicasFollowsARedirectToAnIPv6Node(t *testing.T) {
 	c, url := startIPv6Cluster(t)
 	rdb, err := store.NewClient(url)
@@ -295,19 +290,14 @@ func masterByPort(t *testing.T, c *redistest.Cluster, key string) *redistest.Ser
 	return nil
 }
 
-// DEFECT (cluster.go, onceCmd): while a slot migrates, Redis answers every
-// script on it that names a key the node lacks with TRYAGAIN (a multi-key
-// command during resharding), and every Baton script names the lock's queue
-// key, which rarely exists: so every operation on every lock of the slot
-// fails for the whole migration. TRYAGAIN says the script did not run, and
-// go-redis's cluster client retries it with a backoff (about a second in all)
-// - but onceCmd.NoRetry turns that off along with the unsafe retries, so the
-// store answers 503 at once, and a long-poll woken during the migration ends
-// with 503. A slot's migration usually lasts milliseconds.
-//
-// Suggested fix: retry in the store, with a short backoff bounded by the
-// request, the error replies that prove the script did not run (TRYAGAIN,
-// CLUSTERDOWN, MASTERDOWN, LOADING), keeping NoRetry for connection errors.
+// While a slot migrates, Redis answers TRYAGAIN to a script on it that names a
+// key the node lacks, and every Baton script names the lock's queue key, which
+// rarely exists. TRYAGAIN says the script did not run, and a slot's migration
+// usually lasts milliseconds, so the store sends such a call again after a
+// short pause (10 ms doubling to 200 ms), bounded by the call's context and by
+// tryAgainBudget (2 s); after a connection error it still sends nothing again
+// (onceCmd). Here the slot stays importing and migrating for 300 ms before it
+// moves: an acquire of a free lock made meanwhile gets its lease, not a 503.
 func TestAcquireOnAMigratingSlotRetriesTryAgain(t *testing.T) {
 	c := sharedCluster(t)
 	s := newClusterStore(t, c, store.Options{Prefix: "cxt"})
@@ -347,21 +337,18 @@ func TestAcquireOnAMigratingSlotRetriesTryAgain(t *testing.T) {
 	}
 }
 
-// DEFECT (list.go, states, on a cluster): the listing reads the state of each
-// lock of a SCAN batch in one pipeline of the cluster client. A lock whose
-// slot is migrating answers TRYAGAIN (its state script names the queue key,
-// which the node lacks), and go-redis's cluster pipeline retries a TRYAGAIN
-// only when it is the first reply of its node's batch: otherwise the error
-// stays, and the whole page, every lock of every shard, fails with 503 for as
-// long as one slot migrates (a rebalance migrates slots one after another for
-// minutes).
-//
-// Suggested fix: retry the failed states alone (TRYAGAIN: nothing ran), or
-// leave out, or mark, the locks whose state could not be read, rather than
-// failing the page.
+// A listing made while a slot migrates lists every lock, of every shard,
+// rather than failing whole with 503 (a rebalance migrates slots one after
+// another for minutes). The listing reads the state of each lock of a SCAN
+// batch in one pipeline of the cluster client; the state of a lock whose slot
+// is migrating is answered TRYAGAIN (its script names the queue key, which the
+// node lacks), and go-redis's cluster pipeline sends a TRYAGAIN again only when
+// it is the first reply of its node's batch. So the store reads each such
+// state again alone, which waits the migration out as any call does.
 //
 // (The migration here ends 300 ms on, as a slot's usually does within a
-// rebalance; a migration stuck for good may still fail the page.)
+// rebalance; a migration stuck for longer than tryAgainBudget still fails the
+// page.)
 func TestListingWhileASlotMigratesAnswersEveryLock(t *testing.T) {
 	c := sharedCluster(t)
 	s := newClusterStore(t, c, store.Options{Prefix: "cxm"})

@@ -399,8 +399,8 @@ func TestNothingForAClientGone(t *testing.T) {
 // A call that never left the process is a definite failure: with Redis gone,
 // an acquire's dial is refused (and then the health gate refuses the calls
 // after it), so nothing was sent that could run later, and there is nothing
-// to undo and no tombstone to leave. (The cleaner used to queue an undo, and a
-// tombstone, for every such call: thousands per Redis outage.)
+// to undo and no tombstone to leave. (A Redis outage refuses thousands of
+// calls: an undo and a tombstone for each would be work and keys for nothing.)
 func TestRefusedCallLeavesNothingToUndo(t *testing.T) {
 	for _, gated := range []bool{false, true} {
 		srv := redistest.Start(t)

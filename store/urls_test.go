@@ -57,19 +57,13 @@ func TestParseClusterURL(t *testing.T) {
 	}
 }
 
-// DEFECT (parseClusterURL, and NewClient for redis://): "It never echoes the
-// URL in an error: it may carry a password" does not hold. The cluster parser
-// cuts the authority at the first '/', '?' or '#', so a password with an
-// unencoded '/' ends up in the path, and the error "a cluster has only
-// database 0, not %q" prints the rest of the password; a plain redis:// URL
-// goes to go-redis's ParseURL, whose url.Error quotes the whole URL (a
-// password with an unencoded '/' or '%'). cmd/server returns that error from
-// run, so the password reaches the logs. (A raw '@' or ',' in a cluster
-// password is parsed right: LastIndex of '@'.)
-//
-// Suggested fix: cut the userinfo at the last '@' before the first '/' that
-// follows it (or refuse any '@' after a '/'), and never wrap url.Error or
-// go-redis's parse errors: say which part is wrong, not what it holds.
+// No error from NewClient shows any part of a URL's password, also of one with
+// an unencoded '/' or '%': cmd/server reports that error when it cannot start,
+// so it would reach the logs. A cluster URL's userinfo ends at its last '@',
+// so a '/' in the password is not taken for the start of the path; and a URL
+// with a user name or password that does not parse gets an error that says so
+// without quoting it (urlError), since go-redis's ParseURL and net/url quote
+// the part they refuse, which may hold the rest of the password.
 func TestURLErrorsNeverEchoThePassword(t *testing.T) {
 	tests := []struct{ give, secret string }{
 		{give: "redis+cluster://u:hunter/2secret@h1:7000", secret: "2secret"},
