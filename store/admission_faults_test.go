@@ -61,3 +61,26 @@ func TestACallThatMayHaveRunIsNotAnsweredOverloaded(t *testing.T) {
 	<-slowDone
 	<-queuedDone
 }
+
+func TestACallWhoseContextDeadlinePassesInTheQueueWhileRedisAnswersIsOverloaded(t *testing.T) {
+	s, h, m := faultySmallPoolStore(t, store.Options{})
+	h.SetReadTimeout(time.Minute)
+	// Every call on "slow" keeps the only turn for 700 ms, then is answered.
+	h.Arm(faulthook.Rule{Lock: "slow", Action: faulthook.Stall, Every: true, Delay: 700 * time.Millisecond})
+	var slow []<-chan answer
+	for i := range 4 {
+		slow = append(slow, request(context.Background(), s, store.AcquireRequest{Name: "slow", TTL: time.Minute, Owner: strconv.Itoa(i)}))
+		eventually(t, "the slow calls in", func() bool { return testutil.ToFloat64(m.CallsQueued) >= float64(i) })
+	}
+	// Behind three slow calls: Redis answers one (at 700 ms) before this
+	// call's own deadline (1 s) passes in the queue.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, err := s.Acquire(ctx, store.AcquireRequest{Name: "late", TTL: time.Minute})
+	if !errors.Is(err, store.ErrOverloaded) || errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("a call whose deadline passed in the queue while Redis answered others: %v, want overloaded", err)
+	}
+	for _, ch := range slow {
+		<-ch
+	}
+}
