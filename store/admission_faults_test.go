@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -82,5 +83,47 @@ func TestACallWhoseContextDeadlinePassesInTheQueueWhileRedisAnswersIsOverloaded(
 	}
 	for _, ch := range slow {
 		<-ch
+	}
+}
+
+func TestAnUndoIsNotStarvedByAQueueLongerThanTwoSeconds(t *testing.T) {
+	s, h, _ := faultySmallPoolStore(t, store.Options{})
+	h.SetReadTimeout(time.Minute)
+	// Four clients keep calls on "busy" queued, each keeping the only turn
+	// for 900 ms: a call waits about three of them for its turn.
+	h.Arm(faulthook.Rule{Lock: "busy", Action: faulthook.Stall, Every: true, Delay: 900 * time.Millisecond})
+	stop := make(chan struct{})
+	var feeders sync.WaitGroup
+	for i := range 4 {
+		feeders.Add(1)
+		go func() {
+			defer feeders.Done()
+			ctx := store.WithPatience(context.Background(), time.Now().Add(time.Minute))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, _ = s.Acquire(ctx, store.AcquireRequest{Name: "busy", TTL: time.Minute, Owner: strconv.Itoa(i)})
+			}
+		}()
+	}
+	defer func() { close(stop); feeders.Wait() }()
+
+	// A's acquire runs and its reply is lost; A hangs up meanwhile, so the
+	// hold it made is undone, by a call that waits in that queue.
+	lost := h.Arm(faulthook.Rule{Lock: "lost", Action: faulthook.DropReply})
+	ctx, hangUp := context.WithCancel(context.Background())
+	a := request(ctx, s, store.AcquireRequest{Name: "lost", TTL: time.Hour, Owner: "A"})
+	caught(t, lost, "A's acquire")
+	hangUp()
+	<-a
+
+	// B waits for the lock: the undo frees it well within B's wait.
+	bctx := store.WithPatience(context.Background(), time.Now().Add(time.Minute))
+	res, err := s.Acquire(bctx, store.AcquireRequest{Name: "lost", TTL: time.Minute, Owner: "B", Wait: 40 * time.Second})
+	if err != nil || res.Lease == nil {
+		t.Fatalf("B, waiting for a hold whose client hung up before it heard of it: %+v %v, want a grant", res, err)
 	}
 }
