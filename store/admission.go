@@ -3,6 +3,7 @@ package store
 import (
 	"container/list"
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -172,9 +173,9 @@ func (s *Store) turnsFor(key string) *turns {
 }
 
 // enter waits for a turn. Errors (nothing was sent): ErrOverloaded when the
-// queue is full, or the wait passes its bound while Redis answers others;
-// ErrUnavailable when it passes it with no answer from Redis meanwhile, or
-// when ctx ends (the client went away).
+// queue is full, or the wait passes its bound (or ctx's deadline) while Redis
+// answers others; ErrUnavailable when it passes it with no answer from Redis
+// meanwhile, or when ctx is cancelled (the client went away).
 func (t *turns) enter(ctx context.Context) error {
 	a := t.a
 	since := time.Now()
@@ -237,7 +238,7 @@ func (t *turns) enter(ctx context.Context) error {
 	waited := time.Since(since)
 	a.m.QueueWait.Observe(waited.Seconds())
 	switch {
-	case ctx.Err() != nil:
+	case errors.Is(ctx.Err(), context.Canceled):
 		return fmt.Errorf("client gone while waiting for a Redis connection: %w: %w", ErrUnavailable, ctx.Err())
 	case patient && a.stopped():
 		return fmt.Errorf("shutting down: %w", ErrUnavailable)

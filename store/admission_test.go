@@ -219,3 +219,47 @@ func TestAShutdownEndsTheLongPollsWaitingForATurn(t *testing.T) {
 	srv.Thaw()
 	<-first
 }
+
+func TestListingsBesideABurstOfAcquiresAreNotOverloadedWithinTheBounds(t *testing.T) {
+	s, m := smallPoolStore(t, shared, store.Options{})
+	for i := range 50 {
+		if _, err := s.Acquire(context.Background(), store.AcquireRequest{Name: "held" + strconv.Itoa(i), TTL: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const n = 200
+	errs := make(chan error, 2*n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, err := s.List(context.Background(), store.ListRequest{Limit: 10})
+			errs <- err
+		}()
+		go func() {
+			defer wg.Done()
+			<-start
+			_, err := s.Acquire(context.Background(), store.AcquireRequest{Name: "new" + strconv.Itoa(i), TTL: time.Minute})
+			errs <- err
+		}()
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	failed := 0
+	var first error
+	for err := range errs {
+		if err != nil {
+			if failed++; first == nil {
+				first = err
+			}
+		}
+	}
+	if failed > 0 {
+		t.Fatalf("%d of %d listings and acquires failed, far within the queue's bounds; first: %v (overloaded: %v)",
+			failed, 2*n, first, testutil.ToFloat64(m.Overloaded.WithLabelValues("pool_timeout")))
+	}
+}

@@ -69,7 +69,8 @@ func (s *Store) run(ctx context.Context, c call) (reply, error) {
 // tries makes the call: a second attempt when the first was never sent, or
 // (with c.again) once the first's outcome stayed unknown past its deadline.
 func (s *Store) tries(ctx context.Context, c call) (reply, error) {
-	ran := false // an attempt may have run
+	ran := false    // an attempt may have run
+	var first error // what the attempt that may have run was answered
 	for attempt := 0; ; attempt++ {
 		if s.opt.Gate.Down() {
 			return reply{}, &callError{err: fmt.Errorf("%s: %w: redis is down (health gate)", c.op.name, ErrUnavailable),
@@ -77,7 +78,12 @@ func (s *Store) tries(ctx context.Context, c call) (reply, error) {
 		}
 		st, rep, err, raw, sent := s.send(ctx, c)
 		if !sent {
-			return reply{}, &callError{err: fmt.Errorf("%s: %w", c.op.name, err), unknown: ran}
+			if ran {
+				// Refused before it was sent (no turn: overloaded, say): the
+				// answer is still the first attempt's, which may have run.
+				return reply{}, &callError{err: first, unknown: true}
+			}
+			return reply{}, &callError{err: fmt.Errorf("%s: %w", c.op.name, err)}
 		}
 		switch {
 		case raw == nil && err == nil && rep.code == "expired":
@@ -99,10 +105,13 @@ func (s *Store) tries(ctx context.Context, c call) (reply, error) {
 			if attempt == 0 && ctx.Err() == nil && isConnError(raw) && !s.opt.Gate.Down() {
 				continue
 			}
-			return reply{}, &callError{err: err, unknown: ran}
+			if ran {
+				return reply{}, &callError{err: first, unknown: true}
+			}
+			return reply{}, &callError{err: err}
 		}
 		// Unknown: wait until no copy of it can run any more.
-		ran = true
+		ran, first = true, err
 		if !c.timeless {
 			wait(st.passed)
 			s.confirmPast(c.keys[0], st.notAfter)

@@ -233,7 +233,13 @@ func (s *Store) List(ctx context.Context, r ListRequest) (ListPage, error) {
 	match := s.opt.Prefix + ":{" + r.Prefix + "*}"
 	count := int64(listScanCount)
 	for scans := 0; len(rest) == 0 && len(page.Locks) < limit && at.node < len(nodes) && scans < listMaxScans; scans++ {
+		// A scan takes a turn as a script call does: else a burst of
+		// listings takes the connections the turns count on.
+		if err := nodes[at.node].turns.enter(ctx); err != nil {
+			return ListPage{}, fmt.Errorf("list: %w", err)
+		}
 		keys, next, err := nodes[at.node].c.Scan(ctx, at.scan, match, count).Result()
+		nodes[at.node].turns.leave(err == nil)
 		if err != nil {
 			return ListPage{}, s.storeErr("list", err)
 		}
@@ -281,6 +287,7 @@ func restSize(names []string) int {
 // serves.
 type scanNode struct {
 	c      redis.Cmdable
+	turns  *turns // its turns on the connections (admission.go)
 	first  int    // the first slot it serves; -1 on one Redis
 	id     string // a hash of its address
 	ranges [][2]int
@@ -299,7 +306,7 @@ func (n scanNode) serves(slot int) bool {
 // cluster in the order of the first slot each serves.
 func (s *Store) scanNodes(ctx context.Context) ([]scanNode, error) {
 	if s.cluster == nil {
-		return []scanNode{{c: s.rdb, first: -1}}, nil
+		return []scanNode{{c: s.rdb, turns: s.adm.of(""), first: -1}}, nil
 	}
 	slots, err := s.cluster.ClusterSlots(ctx).Result()
 	if err != nil {
@@ -315,7 +322,7 @@ func (s *Store) scanNodes(ctx context.Context) ([]scanNode, error) {
 		if n == nil {
 			h := fnv.New32a()
 			h.Write([]byte(addr))
-			n = &scanNode{c: s.topo.node(addr), first: r.Start, id: strconv.FormatUint(uint64(h.Sum32()), 36)}
+			n = &scanNode{c: s.topo.node(addr), turns: s.adm.of(addr), first: r.Start, id: strconv.FormatUint(uint64(h.Sum32()), 36)}
 			byAddr[addr] = n
 		}
 		n.first = min(n.first, r.Start)

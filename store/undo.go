@@ -72,9 +72,11 @@ func (s *Store) undo(u undo) {
 func (s *Store) runUndo(u undo) {
 	pause := 50 * time.Millisecond
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		what, err := s.undoOnce(ctx, u)
-		cancel()
+		// No deadline: the call's attempt is bounded by the client's
+		// timeouts, and its wait for a turn by the queue's (a shorter one
+		// would have it give up, and start again at the back, whenever calls
+		// queue longer: under a steady load it would never run).
+		what, err := s.undoOnce(context.Background(), u)
 		if err == nil {
 			s.m.Undos.WithLabelValues(what).Inc()
 			return
