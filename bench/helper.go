@@ -26,8 +26,9 @@ import (
 // limit), so helper processes hold them: this same program, run with
 // helperFlag. Each helper opens its share of long-polls from its own loopback
 // source address (so that no address runs short of ephemeral ports), prints
-// "written" once every request is sent, "fail <error>" for any that ends early,
-// and exits when its stdin closes.
+// "written" once every request is sent, "refused <kind>" for any the server
+// answered with a problem (its type, e.g. overloaded), "fail <error>" for any
+// that ends early otherwise, and exits when its stdin closes.
 const (
 	helperFlag   = "-waiter-helper"
 	perHelper    = 10000 // connections per helper: well inside any open-file limit worth running at
@@ -69,8 +70,13 @@ func waiterHelper(args []string) error {
 				WroteRequest: func(httptrace.WroteRequestInfo) { free() },
 			})
 			res, err := c.Acquire(ctx, waiterName(*prefix, i), client.AcquireOptions{TTL: time.Minute, Wait: 10 * time.Minute})
-			if err == nil && res.Lease != nil {
+			var p *client.Problem
+			switch {
+			case err == nil && res.Lease != nil:
 				err = fmt.Errorf("waiter %d granted", i)
+			case errors.As(err, &p):
+				say("refused %s", problemKind(p))
+				return
 			}
 			say("fail %s", strings.ReplaceAll(fmt.Sprint(err), "\n", " "))
 		}()
@@ -82,15 +88,25 @@ func waiterHelper(args []string) error {
 	select {}
 }
 
+// problemKind is a problem answer's kind (its type's last segment), or
+// "status-N" when it has no type.
+func problemKind(p *client.Problem) string {
+	if i := strings.LastIndex(p.Type, "/problems/"); i >= 0 {
+		return p.Type[i+len("/problems/"):]
+	}
+	return "status-" + strconv.Itoa(p.Status)
+}
+
 // helper is a running helper process, seen from the parent.
 type helper struct {
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 	done  chan struct{}
 
-	mu    sync.Mutex
-	fails int
-	first string
+	mu      sync.Mutex
+	fails   int
+	first   string
+	refused map[string]int // opens answered with a problem, by its kind
 }
 
 // startHelpers starts enough helpers to hold n long-polls on base.
@@ -126,6 +142,14 @@ func (h *helper) read(r io.Reader) {
 	defer close(h.done)
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
+		if kind, ok := strings.CutPrefix(sc.Text(), "refused "); ok {
+			h.mu.Lock()
+			if h.refused == nil {
+				h.refused = map[string]int{}
+			}
+			h.refused[kind]++
+			h.mu.Unlock()
+		}
 		if msg, ok := strings.CutPrefix(sc.Text(), "fail "); ok {
 			h.mu.Lock()
 			if h.fails == 0 {
@@ -154,6 +178,20 @@ func helpersFailed(hs []*helper) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// helpersRefused is the opens the server answered with a problem, by its
+// kind, over every helper.
+func helpersRefused(hs []*helper) map[string]int {
+	all := map[string]int{}
+	for _, h := range hs {
+		h.mu.Lock()
+		for k, n := range h.refused {
+			all[k] += n
+		}
+		h.mu.Unlock()
+	}
+	return all
 }
 
 // stopHelpers closes the helpers' stdin, which ends them and drops all their

@@ -65,11 +65,21 @@ type waitersRow struct {
 	// RSSPerWaiterAfterGC: the same once Go has collected the garbage the
 	// waiters' arrival left (waiters.go, settledRSS).
 	RSSPerWaiterAfterGC float64 `json:"rss_bytes_per_waiter_after_gc,omitempty"`
-	RedisConns          int     `json:"redis_connections"`
-	PubSubConns         int     `json:"pubsub_connections"`
-	IdleCPU             float64 `json:"idle_cpu_percent"`
-	Shards              int     `json:"shards,omitempty"`             // cluster_waiters: the masters
-	OtherLoad           float64 `json:"other_load_percent,omitempty"` // cluster_waiters
+	// HeapPerWaiter: the heap in use after a GC, less the baseline's, per waiter.
+	HeapPerWaiter float64 `json:"heap_bytes_per_waiter_after_gc,omitempty"`
+	RedisConns    int     `json:"redis_connections"`
+	PubSubConns   int     `json:"pubsub_connections"`
+	IdleCPU       float64 `json:"idle_cpu_percent"`
+	// RedisIdleCmds: commands a second the Redis servers processed while the
+	// waiters were idle: Baton's own (pub/sub health pings, clock samples);
+	// a waiter costs Redis nothing while it waits.
+	RedisIdleCmds float64 `json:"redis_idle_commands_per_s"`
+	// OpenSeconds: from the first open to every one waiting or refused.
+	OpenSeconds float64 `json:"open_seconds"`
+	// Refused: opens the server answered with a problem, by its kind.
+	Refused   map[string]int `json:"refused,omitempty"`
+	Shards    int            `json:"shards,omitempty"`             // cluster_waiters: the masters
+	OtherLoad float64        `json:"other_load_percent,omitempty"` // cluster_waiters
 
 	rssBefore, rssWith int64
 }
@@ -342,8 +352,17 @@ func evaluateGoals(r *results) []goal {
 		add("waiters 20000: <= 2 pub/sub connections to Redis", true,
 			fmt.Sprintf("%d pub/sub (%d connections in all)%s", w.PubSubConns, w.RedisConns, at), w.PubSubConns <= 2)
 		add("waiters 20000: < 2% CPU while idle", true, fmt.Sprintf("%.2f%%%s", w.IdleCPU, at), w.IdleCPU < 2)
+		add("waiters 20000: Redis sees < 5 commands/s while they wait (none per waiter)", true,
+			fmt.Sprintf("%.1f/s%s", w.RedisIdleCmds, at), w.RedisIdleCmds < 5)
+		refused := 0
+		for _, k := range w.Refused {
+			refused += k
+		}
+		add("waiters 20000: every open of the burst waits (none refused, no 503)", true,
+			fmt.Sprintf("%d refused %v, opened in %.1f s%s", refused, w.Refused, w.OpenSeconds, at), refused == 0)
 	} else {
-		for _, g := range []string{"waiters 20000: <= 16 KiB RSS per waiter", "waiters 20000: <= 2 pub/sub connections to Redis", "waiters 20000: < 2% CPU while idle"} {
+		for _, g := range []string{"waiters 20000: <= 16 KiB RSS per waiter", "waiters 20000: <= 2 pub/sub connections to Redis", "waiters 20000: < 2% CPU while idle",
+			"waiters 20000: Redis sees < 5 commands/s while they wait (none per waiter)", "waiters 20000: every open of the burst waits (none refused, no 503)"} {
 			add(g, false, "", false)
 		}
 	}

@@ -2,8 +2,26 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
+
+// refusedCell is the opens refused, by problem kind ("0" for none).
+func refusedCell(m map[string]int) string {
+	if len(m) == 0 {
+		return "0"
+	}
+	kinds := make([]string, 0, len(m))
+	for k := range m {
+		kinds = append(kinds, k)
+	}
+	slices.Sort(kinds)
+	var parts []string
+	for _, k := range kinds {
+		parts = append(parts, fmt.Sprintf("%d %s", m[k], k))
+	}
+	return strings.Join(parts, ", ")
+}
 
 // mdTable renders a Markdown table with padded columns, readable as text too.
 func mdTable(head []string, rows [][]string) string {
@@ -80,10 +98,16 @@ func (r *results) table() string {
 		b.WriteString("### waiters: long-polls held by one Baton process (non-fair acquires, wait 10 min, 100 held locks)\n\n")
 		var rows [][]string
 		for _, x := range r.Waiters {
-			rows = append(rows, []string{fmt.Sprint(x.Waiters), f0(x.RSSPerWaiter), f0(x.RSSPerWaiterAfterGC), fmt.Sprintf("%.0f -> %.0f", float64(x.rssBefore)/(1<<20), float64(x.rssWith)/(1<<20)),
-				fmt.Sprint(x.RedisConns), fmt.Sprint(x.PubSubConns), f2(x.IdleCPU)})
+			rows = append(rows, []string{fmt.Sprint(x.Waiters), f1(x.OpenSeconds), refusedCell(x.Refused), f0(x.RSSPerWaiter), f0(x.RSSPerWaiterAfterGC),
+				f0(x.HeapPerWaiter), fmt.Sprintf("%.0f -> %.0f", float64(x.rssBefore)/(1<<20), float64(x.rssWith)/(1<<20)),
+				fmt.Sprint(x.RedisConns), fmt.Sprint(x.PubSubConns), f2(x.IdleCPU), f1(x.RedisIdleCmds)})
 		}
-		b.WriteString(mdTable([]string{"waiters", "RSS B/waiter", "after a GC", "RSS MiB", "redis connections", "pub/sub", "idle CPU %"}, rows))
+		b.WriteString(mdTable([]string{"waiters", "opened in s", "refused", "RSS B/waiter", "after a GC", "live heap B/waiter", "RSS MiB",
+			"redis connections", "pub/sub", "idle CPU %", "redis cmds/s idle"}, rows))
+		b.WriteString("\nEach level opens its long-polls as fast as the helpers can (a burst); \"refused\" counts the opens " +
+			"answered with a problem, by its type (any store-unavailable while Redis is up fails the run). " +
+			"RSS is right after the burst and once a GC has run and the runtime has returned the pages; " +
+			"the live heap is the heap in use after that GC.\n")
 		if r.waitersBound != "" {
 			b.WriteString("\nThe " + r.waitersBound + ".\n")
 		}

@@ -48,8 +48,8 @@ func runWaitersAll(ctx context.Context, e *env, cfg config, res *results) (err e
 		}
 		res.Waiters = append(res.Waiters, row)
 		res.waitersBound = why
-		fmt.Printf("waiters %-12s %6d long-polls: %6.0f B RSS each (%6.0f B after a GC)  %d redis connections (%d pub/sub)  idle CPU %.2f%%\n",
-			sysBaton, n, row.RSSPerWaiter, row.RSSPerWaiterAfterGC, row.RedisConns, row.PubSubConns, row.IdleCPU)
+		fmt.Printf("waiters %-12s %6d long-polls: %6.0f B RSS each (%6.0f B after a GC, %5.0f B live heap)  %d redis connections (%d pub/sub)  idle CPU %.2f%%, Redis %.1f commands/s\n",
+			sysBaton, row.Waiters, row.RSSPerWaiter, row.RSSPerWaiterAfterGC, row.HeapPerWaiter, row.RedisConns, row.PubSubConns, row.IdleCPU, row.RedisIdleCmds)
 	}
 	return nil
 }
@@ -131,6 +131,10 @@ func waitersLevel(ctx context.Context, e *env, cfg config, n int, batonEnv, redi
 	if err != nil {
 		return row, err
 	}
+	heap0, err := liveHeap(ctx, debugURL) // after a GC, as the figure it is subtracted from
+	if err != nil {
+		return row, err
+	}
 
 	opened := time.Now()
 	hs, err := startHelpers(base, prefix, n)
@@ -138,21 +142,45 @@ func waitersLevel(ctx context.Context, e *env, cfg config, n int, batonEnv, redi
 	if err != nil {
 		return row, err
 	}
-	if err := awaitWaiters(ctx, base, n, 60*time.Second+time.Duration(n)*time.Millisecond); err != nil {
+	waiting, err := awaitOpen(ctx, base, hs, n, 60*time.Second+time.Duration(n)*time.Millisecond)
+	if err != nil {
 		return row, fmt.Errorf("%w (helpers: %v)", err, helpersFailed(hs))
 	}
-	fmt.Printf("waiters %-12s %6d long-polls open in %.1f s\n", sysBaton, n, time.Since(opened).Seconds())
+	row.OpenSeconds = round(time.Since(opened).Seconds(), 1)
+	row.Refused = helpersRefused(hs)
+	fmt.Printf("waiters %-12s %6d long-polls open in %.1f s: %d waiting, refused %v\n", sysBaton, n, row.OpenSeconds, waiting, row.Refused)
+	if k := row.Refused["store-unavailable"]; k > 0 {
+		// Redis is up (a local server nobody stops): the store must not say otherwise.
+		up := pingAll(ctx, redisAddrs)
+		return row, fmt.Errorf("%d of %d opens answered 503 store-unavailable while Redis was up (ping: %v); refused: %v",
+			k, n, up, row.Refused)
+	}
+	if waiting == 0 {
+		return row, fmt.Errorf("no long-poll of %d waits; refused: %v", n, row.Refused)
+	}
+	row.Waiters = waiting
 	time.Sleep(time.Second)
 
 	cpu0, err := cpuTime(p.pid())
 	if err != nil {
 		return row, err
 	}
+	cmds0, err := redisCommands(ctx, redisAddrs)
+	if err != nil {
+		return row, err
+	}
+	idle0 := time.Now()
 	time.Sleep(cfg.idleWindow)
 	cpu1, err := cpuTime(p.pid())
 	if err != nil {
 		return row, err
 	}
+	cmds1, err := redisCommands(ctx, redisAddrs)
+	if err != nil {
+		return row, err
+	}
+	// Less this program's INFO on each server (the first one's is counted).
+	row.RedisIdleCmds = round(float64(cmds1-cmds0-int64(len(redisAddrs)))/time.Since(idle0).Seconds(), 1)
 	rss1, err := rssBytes(p.pid())
 	if err != nil {
 		return row, err
@@ -173,8 +201,12 @@ func waitersLevel(ctx context.Context, e *env, cfg config, n int, batonEnv, redi
 	// next GC, at the latest the runtime's forced one two minutes on, and
 	// returns the pages over the following seconds. The bench asks for that GC
 	// now (pprof's heap profile with gc=1) and reads RSS once it stops falling.
+	n = row.Waiters
 	if rss2, err := settledRSS(ctx, debugURL, p.pid()); err == nil {
 		row.RSSPerWaiterAfterGC = round(float64(rss2-rss0)/float64(n), 0)
+		if heap, err := liveHeap(ctx, debugURL); err == nil {
+			row.HeapPerWaiter = round(float64(heap-heap0)/float64(n), 0)
+		}
 	} else {
 		fmt.Printf("waiters %-12s %6d: no figure after a GC: %v\n", sysBaton, n, err)
 	}
@@ -241,6 +273,95 @@ func foreignRedisClients(ctx context.Context, addr string) (all, pubsub int, err
 		}
 	}
 	return all, pubsub, nil
+}
+
+// awaitOpen waits until each of the n long-polls the helpers opened waits in
+// Baton or was refused, and returns how many wait. It polls Baton's gauge
+// every 50 ms (each look costs Baton a metrics scrape, which the burst
+// competes with), and tolerates a look that fails while Baton is busy.
+func awaitOpen(ctx context.Context, base string, hs []*helper, n int, timeout time.Duration) (int, error) {
+	deadline := time.Now().Add(timeout)
+	var lastErr error
+	got := 0
+	for {
+		refused := 0
+		for _, k := range helpersRefused(hs) {
+			refused += k
+		}
+		w, err := batonWaiters(ctx, base)
+		if err == nil {
+			got, lastErr = w, nil
+		} else {
+			lastErr = err
+		}
+		if err == nil && got+refused >= n {
+			return got, nil
+		}
+		if time.Now().After(deadline) {
+			return got, fmt.Errorf("baton holds %d long-polls and refused %d after %v, want %d in all (last look: %v)",
+				got, refused, timeout, n, lastErr)
+		}
+		if ctx.Err() != nil {
+			return got, ctx.Err()
+		}
+		time.Sleep(50 * time.Millisecond) // the gauge is the only signal there is
+	}
+}
+
+// redisCommands is the commands the Redis servers at addrs processed so far
+// (INFO stats), summed.
+func redisCommands(ctx context.Context, addrs []string) (int64, error) {
+	var all int64
+	for _, addr := range addrs {
+		rdb := newRedisClient(addr)
+		info, err := rdb.Info(ctx, "stats").Result()
+		rdb.Close()
+		if err != nil {
+			return 0, err
+		}
+		for _, l := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(l), "total_commands_processed:"); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				all += n
+			}
+		}
+	}
+	return all, nil
+}
+
+// pingAll says whether each Redis at addrs answers PING.
+func pingAll(ctx context.Context, addrs []string) map[string]bool {
+	up := map[string]bool{}
+	for _, addr := range addrs {
+		rdb := newRedisClient(addr)
+		up[addr] = rdb.Ping(ctx).Err() == nil
+		rdb.Close()
+	}
+	return up
+}
+
+// liveHeap is the Baton at debugURL's heap in use right after a GC (the heap
+// profile's HeapAlloc, taken with gc=1).
+func liveHeap(ctx context.Context, debugURL string) (int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, debugURL+"/debug/pprof/heap?gc=1&debug=1", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "# HeapAlloc = "); ok {
+			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("no HeapAlloc in the heap profile")
 }
 
 // settledRSS has the Baton at debugURL collect its garbage, then reads its RSS

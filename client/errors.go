@@ -29,8 +29,13 @@ var (
 	// ErrRateLimited is a 429 rate-limited: the API key is over its rate.
 	ErrRateLimited = errors.New("rate limited")
 	// ErrUnavailable is a 503 store-unavailable: Redis is unreachable or the
-	// server is shutting down.
+	// server is shutting down. A 503 overloaded matches it too (as every 503
+	// does): both mean "nothing was done, try again after RetryAfter".
 	ErrUnavailable = errors.New("store unavailable")
+	// ErrOverloaded is a 503 overloaded: Redis answers, but the server has more
+	// calls to it waiting than its bounds allow, and did nothing. It also
+	// matches ErrUnavailable.
+	ErrOverloaded = errors.New("overloaded")
 	// ErrInvalid is a 400, invalid-request or invalid-name: the request itself is wrong.
 	ErrInvalid = errors.New("invalid request")
 	// ErrUnauthorized is a 401 unauthorized: no API key, or one the server does
@@ -128,7 +133,9 @@ func (p *Problem) Is(target error) bool {
 	case ErrIdempotencyKeyMismatch:
 		return p.typed("idempotency-key-mismatch")
 	case ErrUnavailable:
-		return p.match(http.StatusServiceUnavailable, "store-unavailable")
+		return p.match(http.StatusServiceUnavailable, "store-unavailable", "overloaded")
+	case ErrOverloaded:
+		return p.typed("overloaded")
 	case ErrInvalid:
 		return p.match(http.StatusBadRequest, "invalid-request", "invalid-name")
 	}

@@ -47,7 +47,7 @@ func TestLockAndUnlock(t *testing.T) {
 func TestAutoRenewUntilUnlock(t *testing.T) {
 	t.Parallel()
 	r := startRig(t)
-	const ttl = 600 * time.Millisecond
+	const ttl = 1500 * time.Millisecond // a renewal every 500 ms keeps it, however loaded the machine
 	h := r.lock("client:renew", client.LockOptions{TTL: ttl})
 	r.stillHeld("client:renew", h.Fence(), 4*ttl)
 	notLost(t, h)
@@ -78,13 +78,15 @@ func TestAutoRenewUntilUnlock(t *testing.T) {
 func TestLostOnRenewal404(t *testing.T) {
 	t.Parallel()
 	r := startRig(t)
-	const ttl = 900 * time.Millisecond
+	// The loss is noticed by the first renewal (ttl/3), well before the lease
+	// would end (ttl), even on a loaded machine.
+	const ttl = 6 * time.Second
 	h := r.lock("client:lost", client.LockOptions{TTL: ttl})
 	if _, err := r.Admin.ForceRelease(r.ctx(), "client:lost"); err != nil {
 		t.Fatal(err)
 	}
-	if took := awaitLost(t, h, 3*time.Second); took > ttl/3+500*time.Millisecond {
-		t.Errorf("lost noticed after %v, want within a renewal period (%v)", took, ttl/3)
+	if took := awaitLost(t, h, 2*ttl); took > ttl/3+2*time.Second {
+		t.Errorf("lost noticed after %v, want within a renewal period (%v), not at the lease's end", took, ttl/3)
 	}
 	if err := h.Err(); !errors.Is(err, client.ErrLost) || !errors.Is(err, client.ErrLeaseNotHeld) ||
 		!strings.Contains(err.Error(), `lock "client:lost" lost`) {
@@ -102,11 +104,11 @@ func TestLostOnRenewal404(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	st, err := r.Admin.Watch(r.ctx(), "client:lost", 5*time.Second, &res.Lease.Fence)
+	st, err := r.Admin.Watch(r.ctx(), "client:lost", 20*time.Second, &res.Lease.Fence)
 	if err != nil || st.Held {
 		t.Fatalf("watch the later hold: %+v, %v", st, err)
 	}
-	if took := time.Since(start); took > 2*time.Second {
+	if took := time.Since(start); took > 10*time.Second {
 		t.Fatalf("the later hold ended after %v, want its 500ms ttl: something renewed it", took)
 	}
 	if n := r.count(leasePath(h)); n != old {
@@ -118,7 +120,7 @@ func TestLostOnRenewal404(t *testing.T) {
 func TestRenewalNeverTouchesALaterHold(t *testing.T) {
 	t.Parallel()
 	r := startRig(t)
-	const ttl = 600 * time.Millisecond
+	const ttl = 1500 * time.Millisecond
 	first := r.lock("client:later", client.LockOptions{TTL: ttl})
 	if err := first.Unlock(r.ctx()); err != nil {
 		t.Fatal(err)
@@ -184,8 +186,8 @@ func TestLockWaits(t *testing.T) {
 	if p := wantProblem(t, err, client.ErrLockHeld, http.StatusLocked); p.Owner != "first" {
 		t.Fatalf("problem %+v", *p)
 	}
-	if took := time.Since(start); took < 300*time.Millisecond || took > 3*time.Second {
-		t.Fatalf("gave up after %v, want 300ms", took)
+	if took := time.Since(start); took < 300*time.Millisecond || took > 10*time.Second {
+		t.Fatalf("gave up after %v, want 300ms (not the holder's 20 s)", took)
 	}
 
 	if _, err := r.C.Lock(r.ctx(), "client:wait", client.LockOptions{Wait: -time.Second, Fair: true}); !errors.Is(err, client.ErrInvalid) {

@@ -3,7 +3,6 @@ package handlers_test
 import (
 	"crypto/rand"
 	"encoding/base64"
-	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -84,7 +83,7 @@ func runBad(t *testing.T, e *env, cases []badCase) {
 			} else {
 				checkProblem(t, got, tt.want)
 			}
-			if after := e.snapshot(); !maps.Equal(after, before) {
+			if after := e.snapshot(); !sameKeys(before, after) {
 				t.Errorf("Redis after %s %s:\n%v\nwant it unchanged:\n%v", tt.give.Method, tt.give.Path, after, before)
 			}
 		})
@@ -345,7 +344,7 @@ func TestDotSegmentName(t *testing.T) {
 			e := envIn(t, f.e)
 			before := e.snapshot()
 			checkProblem(t, e.rawDo(tt.method, tt.target), problemWant{status: http.StatusBadRequest, kind: "invalid-name"})
-			if after := e.snapshot(); !maps.Equal(after, before) {
+			if after := e.snapshot(); !sameKeys(before, after) {
 				t.Errorf("Redis after %s %s:\n%v\nwant it unchanged:\n%v", tt.method, tt.target, after, before)
 			}
 		})
@@ -573,7 +572,7 @@ func TestTooManyWaiters(t *testing.T) {
 			if n, err := strconv.Atoi(got.Header.Get("Retry-After")); err != nil || n < 1 {
 				t.Errorf("Retry-After %q, want whole seconds >= 1", got.Header.Get("Retry-After"))
 			}
-			if after := e.snapshot(); !maps.Equal(after, before) {
+			if after := e.snapshot(); !sameKeys(before, after) {
 				t.Errorf("Redis after %s:\n%v\nwant it unchanged:\n%v", tt.name, after, before)
 			}
 		})

@@ -125,7 +125,7 @@ func TestReleaseWakesOneWaiter(t *testing.T) {
 	const n = 10
 	srv := redistest.Start(t)
 	e := newEnv(t, envOptions{Redis: srv})
-	wantStatus(t, e.do(req{Method: "GET", Path: "/readyz"}), http.StatusOK, "") // scripts loaded: no NOSCRIPT round trips
+	e.awaitReady() // scripts loaded: no NOSCRIPT round trips
 	base := scriptCalls(t, e)
 
 	h := e.acquire("herd", map[string]any{"ttl_ms": 30000})
@@ -142,12 +142,12 @@ func TestReleaseWakesOneWaiter(t *testing.T) {
 	for i := range n {
 		sent := time.Now()
 		wantStatus(t, e.do(req{Method: "DELETE", Path: holder.Str("url")}), http.StatusOK, "")
-		got := awaitAnswer(t, answers, 5*time.Second)
+		got := awaitAnswer(t, answers, 20*time.Second)
 		wantStatus(t, got.r, http.StatusCreated, "")
 		took := got.at.Sub(sent)
 		slowest = max(slowest, took)
-		if took > 200*time.Millisecond {
-			t.Errorf("release %d -> grant took %v, want < 200ms", i+1, took)
+		if took > promptly {
+			t.Errorf("release %d -> grant took %v, want it at the release (< %v)", i+1, took, promptly)
 		}
 		if got.r.Int("fence") <= holder.Int("fence") {
 			t.Errorf("fence %d after %d", got.r.Int("fence"), holder.Int("fence"))

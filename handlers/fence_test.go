@@ -101,18 +101,18 @@ func TestForceRelease(t *testing.T) {
 	}
 
 	h := e.acquire("forced", map[string]any{"ttl_ms": 30000})
-	w := e.parkWaiter("forced", map[string]any{"wait_ms": 10000})
+	w := e.parkWaiter("forced", map[string]any{"wait_ms": 15000})
 	sent := time.Now()
 	r = e.do(req{Method: "DELETE", Path: "/v1/locks/forced?force=true"})
 	wantStatus(t, r, http.StatusOK, "")
 	if !r.Bool("released") {
 		t.Fatalf("force %s, want released true", r.Raw)
 	}
-	got := awaitAnswer(t, w, 5*time.Second)
+	got := awaitAnswer(t, w, 20*time.Second)
 	wantStatus(t, got.r, http.StatusCreated, "")
 	t.Logf("force -> waiter's grant: %s", fmtMs(got.at.Sub(sent)))
-	if took := got.at.Sub(sent); took > 200*time.Millisecond {
-		t.Errorf("waiter granted %v after the force, want < 200ms", took)
+	if took := got.at.Sub(sent); took > promptly {
+		t.Errorf("waiter granted %v after the force, want it at the force (< %v)", took, promptly)
 	}
 	if got.r.Int("fence") <= h.Int("fence") {
 		t.Errorf("waiter's fence %d, want > forced holder's %d", got.r.Int("fence"), h.Int("fence"))

@@ -129,8 +129,9 @@ func testInvariantsQueueHeadPruned(t *testing.T, cluster bool) {
 	}
 
 	t.Run("held", func(t *testing.T) {
-		// The head ticket runs out while the one behind it is kept alive.
-		e := newEnv(t, envOptions{Cluster: cluster, TicketTTL: invTicketTTL})
+		// The head ticket runs out while the one behind it is kept alive (its
+		// ttl far longer than the keeping polls' pace, however loaded the machine).
+		e := newEnv(t, envOptions{Cluster: cluster, TicketTTL: 2 * time.Second})
 		e.acquire("held", map[string]any{"ttl_ms": 30000})
 		first, second := enqueue(t, e, "held"), enqueue(t, e, "held")
 		keepUntilGone(t, e, second, first)
@@ -144,9 +145,10 @@ func testInvariantsQueueHeadPruned(t *testing.T, cluster bool) {
 	t.Run("after handoff", func(t *testing.T) {
 		// The second ticket runs out while the first is kept alive; then the lease
 		// runs out, and GET hands the lock to the first: the dead second is the
-		// new head.
-		e := newEnv(t, envOptions{Cluster: cluster, TicketTTL: time.Second})
-		e.acquire("handoff", map[string]any{"ttl_ms": 1500})
+		// new head. The lease ends half a ticket ttl after the second ticket, and
+		// as long before the first, which nothing polls meanwhile, would.
+		e := newEnv(t, envOptions{Cluster: cluster, TicketTTL: 3 * time.Second})
+		e.acquire("handoff", map[string]any{"ttl_ms": 4500})
 		first, second := enqueue(t, e, "handoff"), enqueue(t, e, "handoff")
 		keepUntilGone(t, e, first, second)
 		lock := e.Prefix + ":{handoff}"

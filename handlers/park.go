@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/batonhq/baton/park"
+	"github.com/batonhq/baton/store"
 )
 
 // reply writes a store call's answer, as a handler would.
@@ -36,10 +37,14 @@ func (s *server) serveWait(w http.ResponseWriter, r *http.Request, wait time.Dur
 	}
 	log := zerolog.Ctx(r.Context())
 	info := infoOf(r)
+	// The request may wait anyway: its store calls may wait that long for a
+	// turn on a Redis connection (a burst of long-polls is absorbed, not
+	// refused as overloaded).
+	until := time.Now().Add(wait)
 	if s.lot == nil || wait <= 0 || info == nil {
 		defer release()
 		p := &pending{}
-		call(r.Context(), p.set)
+		call(store.WithPatience(r.Context(), until), p.set)
 		p.wait()(w, log)
 		return
 	}
@@ -47,10 +52,13 @@ func (s *server) serveWait(w http.ResponseWriter, r *http.Request, wait time.Dur
 	// a parked request does long before its answer. It keeps of the request's
 	// only its span, so that the store's Redis calls stay the request's
 	// children in a trace.
-	ctx, cancel := context.WithCancel(trace.ContextWithSpanContext(context.Background(), trace.SpanContextFromContext(r.Context())))
+	ctx, cancel := context.WithCancel(store.WithPatience(
+		trace.ContextWithSpanContext(context.Background(), trace.SpanContextFromContext(r.Context())), until))
 	unlink := context.AfterFunc(r.Context(), cancel)
 	p := &pending{}
-	call(ctx, p.set)
+	// During a burst the call waits for its turn (InTurn) while the
+	// connection parks, not on this goroutine with net/http's buffers.
+	s.store.InTurn(ctx, func(ctx context.Context) { call(ctx, p.set) })
 	if a := p.answered(); a != nil {
 		defer release()
 		defer cancel()

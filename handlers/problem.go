@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -134,6 +136,11 @@ func writeError(w http.ResponseWriter, log *zerolog.Logger, err error) {
 		p = kind("too-many-waiters", 429, "Too many waiters",
 			"This server holds its maximum number of waiting requests (long-polls), BATON_MAX_WAITERS, for all clients together; retry shortly.")
 		w.Header().Set("Retry-After", "1")
+	case errors.Is(err, store.ErrOverloaded):
+		p = kind("overloaded", 503, "Overloaded",
+			"This server has more calls to the lock store waiting than it takes at once; nothing was done. Retry after Retry-After seconds.")
+		w.Header().Set("Retry-After", overloadedRetryAfter())
+		warnOverloaded(log, err)
 	case errors.Is(err, store.ErrUnavailable):
 		p = kind("store-unavailable", 503, "Store unavailable",
 			"The lock store cannot be reached, or the server is shutting down; retry shortly.")
@@ -154,6 +161,23 @@ func writeError(w http.ResponseWriter, log *zerolog.Logger, err error) {
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(p.Status)
 	_ = json.NewEncoder(w).Encode(p)
+}
+
+// overloadedRetryAfter is an overloaded answer's Retry-After: 1 to 3 s, drawn
+// anew for each, so that the clients of a burst do not all come back together.
+func overloadedRetryAfter() string { return strconv.Itoa(1 + rand.IntN(3)) }
+
+// lastOverloadedWarn is the unix ms of the latest overloaded warning: a burst
+// is refused thousands of times a second, and is warned of once a second.
+var lastOverloadedWarn atomic.Int64
+
+func warnOverloaded(log *zerolog.Logger, err error) {
+	now := time.Now().UnixMilli()
+	last := lastOverloadedWarn.Load()
+	if now-last < 1000 || !lastOverloadedWarn.CompareAndSwap(last, now) {
+		return
+	}
+	log.Warn().Err(err).Msg("overloaded: refused a request before it reached Redis (warned at most once a second; counted in baton_overloaded_total)")
 }
 
 func kind(name string, status int, title, detail string) problem {

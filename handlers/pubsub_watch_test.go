@@ -18,17 +18,17 @@ import (
 // backstop for expiry, which publishes nothing) cannot be what wakes it.
 // (Chaos pubsub-kill saw one watch return 204 ms after its release.)
 func TestWatchReturnsAfterPubSubKilled(t *testing.T) {
+	// Either way the watch returns at once, not when its 30 s wait ends
+	// (README, Guarantees, "No lost wake-ups": within about a second of pub/sub
+	// coming back, which on loopback is at once; chaos and the benchmark
+	// measure it): within promptly, as with no kill at all.
 	tests := []struct {
 		give         string
 		resubscribed bool // release only once the store subscribed again
-		within       time.Duration
 	}{
-		// README, Guarantees, "No lost wake-ups": within about a second of
-		// pub/sub coming back; on loopback it comes back at once.
-		{give: "released at once", within: time.Second},
-		// The release's message reaches the watch, as with no kill at all
-		// (TestWaiterGetsReleasedLock's bound).
-		{give: "released once resubscribed", resubscribed: true, within: 200 * time.Millisecond},
+		{give: "released at once"},
+		// The release's message reaches the watch.
+		{give: "released once resubscribed", resubscribed: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.give, func(t *testing.T) {
@@ -59,8 +59,8 @@ func TestWatchReturnsAfterPubSubKilled(t *testing.T) {
 			}
 			took := got.at.Sub(sent)
 			t.Logf("pub/sub killed, release -> watch returns: %s", fmtMs(took))
-			if took > tt.within {
-				t.Errorf("release -> watch took %v with pub/sub killed, want within %v", took, tt.within)
+			if took > promptly {
+				t.Errorf("release -> watch took %v with pub/sub killed, want within %v", took, promptly)
 			}
 		})
 	}

@@ -223,7 +223,7 @@ func TestReview2IdemSecretDivergesAfterRedisRestart(t *testing.T) {
 func TestReview2StoreRetryMarkedReplayed(t *testing.T) {
 	px := startProxy(t, sharedRedis.Addr())
 	e := newEnv(t, envOptions{RedisURL: px.URL()})
-	wantStatus(t, e.do(req{Method: "GET", Path: "/readyz"}), http.StatusOK, "")
+	e.awaitReady()
 	for _, rq := range []req{
 		{Method: "POST", Path: "/v1/sessions", Body: map[string]any{"ttl_ms": 30000}},
 		{Method: "POST", Path: "/v1/locks/cr", Body: map[string]any{"ttl_ms": 30000}, Header: withKey("cr-1", nil)},

@@ -64,7 +64,7 @@ func TestLateAcquireToldItFailedGrantsNothing(t *testing.T) {
 	srv := redistest.Start(t)
 	px := startDelayProxy(t, srv.Addr())
 	e := newEnv(t, envOptions{Redis: srv, RedisURL: px.URL()})
-	wantStatus(t, e.do(req{Method: "GET", Path: "/readyz"}), http.StatusOK, "") // scripts loaded: EVALSHA, no EVAL
+	e.awaitReady() // scripts loaded: EVALSHA, no EVAL
 
 	px.arm([]byte(lua.Build(lua.Defaults).Func["acquire"]))
 	r := e.do(req{Method: "POST", Path: "/v1/locks/ghost", Body: map[string]any{"ttl_ms": 600000, "owner": "ghost"}})

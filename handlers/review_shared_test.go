@@ -54,7 +54,7 @@ func TestReviewSharedWaiterSleepsThroughHandoffRun(t *testing.T) {
 	e := reviewEnv(t, envOptions{})
 	x := e.acquire("run", map[string]any{"ttl_ms": 30000, "owner": "X"})
 	e.enqueue("run", map[string]any{"shared": true, "ttl_ms": 30000, "owner": "T"})
-	w := e.parkChecked("run", map[string]any{"shared": true, "wait_ms": 5000, "ttl_ms": 30000, "owner": "W"})
+	w := e.parkChecked("run", map[string]any{"shared": true, "wait_ms": 15000, "ttl_ms": 30000, "owner": "W"})
 
 	released := time.Now()
 	wantStatus(t, e.do(req{Method: "DELETE", Path: x.Str("url")}), http.StatusOK, "")
@@ -62,12 +62,12 @@ func TestReviewSharedWaiterSleepsThroughHandoffRun(t *testing.T) {
 	if st.Str("mode") != "shared" || st.Int("waiters") != 0 {
 		t.Fatalf("after the release: %s, want T's shared hold and an empty queue", st.Raw)
 	}
-	got := awaitAnswer(t, w, 15*time.Second)
+	got := awaitAnswer(t, w, 20*time.Second)
 	if got.r.Status != http.StatusCreated {
 		t.Fatalf("shared waiter W: %d after %v, want 201 at once: the lock was shared, unlimited, with nobody queued, since the release\n%s",
 			got.r.Status, got.at.Sub(released).Round(time.Millisecond), got.r.Raw)
 	}
-	if late := got.at.Sub(released); late > time.Second {
+	if late := got.at.Sub(released); late > promptly {
 		t.Errorf("shared waiter W granted %v after the release, want at once", late)
 	}
 }
@@ -81,17 +81,17 @@ func TestReviewReleaseWakeSpentOnExclusiveWaiter(t *testing.T) {
 	e := reviewEnv(t, envOptions{})
 	a := e.acquire("slot", map[string]any{"shared": true, "limit": 2, "ttl_ms": 30000, "owner": "A"})
 	e.acquire("slot", map[string]any{"shared": true, "limit": 2, "ttl_ms": 30000, "owner": "B"})
-	e.parkChecked("slot", map[string]any{"wait_ms": 8000, "owner": "X"})
-	w := e.parkChecked("slot", map[string]any{"shared": true, "limit": 2, "wait_ms": 4000, "ttl_ms": 30000, "owner": "W"})
+	e.parkChecked("slot", map[string]any{"wait_ms": 20000, "owner": "X"})
+	w := e.parkChecked("slot", map[string]any{"shared": true, "limit": 2, "wait_ms": 15000, "ttl_ms": 30000, "owner": "W"})
 
 	released := time.Now()
 	wantStatus(t, e.do(req{Method: "DELETE", Path: a.Str("url")}), http.StatusOK, "")
-	got := awaitAnswer(t, w, 15*time.Second)
+	got := awaitAnswer(t, w, 20*time.Second)
 	if got.r.Status != http.StatusCreated {
 		t.Fatalf("shared waiter W: %d after %v, want 201 at once: a slot of 2 was free and nobody queued\n%s",
 			got.r.Status, got.at.Sub(released).Round(time.Millisecond), got.r.Raw)
 	}
-	if late := got.at.Sub(released); late > time.Second {
+	if late := got.at.Sub(released); late > promptly {
 		t.Errorf("shared waiter W granted %v after the release, want at once", late)
 	}
 }
@@ -104,16 +104,16 @@ func TestReviewCancelledTicketWakesNoSharedWaiter(t *testing.T) {
 	e := reviewEnv(t, envOptions{})
 	e.acquire("cx", map[string]any{"shared": true, "ttl_ms": 30000, "owner": "S"})
 	tk := e.enqueue("cx", map[string]any{"ttl_ms": 30000, "owner": "E"})
-	w := e.parkChecked("cx", map[string]any{"shared": true, "wait_ms": 4000, "ttl_ms": 30000, "owner": "W"})
+	w := e.parkChecked("cx", map[string]any{"shared": true, "wait_ms": 15000, "ttl_ms": 30000, "owner": "W"})
 
 	cancelled := time.Now()
 	wantStatus(t, e.do(req{Method: "DELETE", Path: tk.Str("url")}), http.StatusNoContent, "")
-	got := awaitAnswer(t, w, 15*time.Second)
+	got := awaitAnswer(t, w, 20*time.Second)
 	if got.r.Status != http.StatusCreated {
 		t.Fatalf("shared waiter W: %d after %v, want 201 at once: the only ticket ahead was cancelled\n%s",
 			got.r.Status, got.at.Sub(cancelled).Round(time.Millisecond), got.r.Raw)
 	}
-	if late := got.at.Sub(cancelled); late > time.Second {
+	if late := got.at.Sub(cancelled); late > promptly {
 		t.Errorf("shared waiter W granted %v after the cancel, want at once", late)
 	}
 }
@@ -133,18 +133,18 @@ func TestReviewDeadHeadTicketHoldsUpSharedRun(t *testing.T) {
 	e.enqueue("dead", map[string]any{"ttl_ms": 30000, "owner": "E"})
 	dies := time.Now().Add(tt)
 	q := e.enqueue("dead", map[string]any{"shared": true, "ttl_ms": 30000, "owner": "T"})
-	poll := e.send(req{Method: "GET", Path: q.Str("url") + "?wait_ms=8000"})
+	poll := e.send(req{Method: "GET", Path: q.Str("url") + "?wait_ms=15000"})
 	e.awaitWaiters(1)
-	w := e.parkChecked("dead", map[string]any{"shared": true, "wait_ms": 6000, "ttl_ms": 30000, "owner": "W"})
+	w := e.parkChecked("dead", map[string]any{"shared": true, "wait_ms": 15000, "ttl_ms": 30000, "owner": "W"})
 
-	got := awaitAnswer(t, poll, 15*time.Second)
+	got := awaitAnswer(t, poll, 20*time.Second)
 	if got.r.Status != http.StatusOK {
 		t.Errorf("ticket T: %d, want 200 (granted)\n%s", got.r.Status, got.r.Raw)
-	} else if late := got.at.Sub(dies); late > 2*time.Second {
+	} else if late := got.at.Sub(dies); late > tt+promptly {
 		t.Errorf("shared ticket T granted %v after the dead ticket ahead of it expired, want within ticket_ttl_ms of that (its poll's own end granted it)",
 			late.Round(time.Millisecond))
 	}
-	gw := awaitAnswer(t, w, 15*time.Second)
+	gw := awaitAnswer(t, w, 20*time.Second)
 	if gw.r.Status != http.StatusCreated {
 		t.Errorf("shared waiter W: %d %v after the dead ticket expired, want 201 once it had\n%s",
 			gw.r.Status, gw.at.Sub(dies).Round(time.Millisecond), gw.r.Raw)
@@ -159,18 +159,18 @@ func TestReviewWatchSleepsThroughAddedSharedHold(t *testing.T) {
 	e := reviewEnv(t, envOptions{})
 	e.acquire("sw", map[string]any{"shared": true, "ttl_ms": 30000, "owner": "A"})
 	base := scriptCalls(t, e)
-	watch := e.send(req{Method: "GET", Path: "/v1/locks/sw?wait_ms=4000"})
+	watch := e.send(req{Method: "GET", Path: "/v1/locks/sw?wait_ms=15000"})
 	e.awaitWaiters(1)
 	e.awaitCalls(base + 2) // its first state, then its check once subscribed
 
 	added := time.Now()
 	e.acquire("sw", map[string]any{"shared": true, "ttl_ms": 30000, "owner": "B"})
-	got := awaitAnswer(t, watch, 15*time.Second)
+	got := awaitAnswer(t, watch, 20*time.Second)
 	wantStatus(t, got.r, http.StatusOK, "")
 	if got.r.Int("holders") != 2 {
 		t.Fatalf("watch answered %s, want B's hold among 2", got.r.Raw)
 	}
-	if late := got.at.Sub(added); late > time.Second {
+	if late := got.at.Sub(added); late > promptly {
 		t.Errorf("the watch returned %v after a shared hold was added, want at once (it slept through the change)", late.Round(time.Millisecond))
 	}
 }
@@ -192,18 +192,18 @@ func TestReviewRenewShorterLeavesWaiterAsleep(t *testing.T) {
 				body["shared"], body["limit"] = true, 1
 			}
 			h := e.acquire("short", body)
-			w := e.parkChecked("short", map[string]any{"wait_ms": 5000, "owner": "W"})
+			w := e.parkChecked("short", map[string]any{"wait_ms": 15000, "owner": "W"})
 
 			r := e.do(req{Method: "PATCH", Path: h.Str("url"), Body: map[string]any{"ttl_ms": 500}})
 			wantStatus(t, r, http.StatusOK, "")
 			end := parseStamp(t, r.Str("expires_at"))
-			got := awaitAnswer(t, w, 15*time.Second)
+			got := awaitAnswer(t, w, 20*time.Second)
 			if got.r.Status != http.StatusCreated {
 				t.Fatalf("waiter W: %d %v after the renewed lease ran out, want 201 within 50 ms\n%s",
 					got.r.Status, got.at.Sub(end).Round(time.Millisecond), got.r.Raw)
 			}
-			if late := parseStamp(t, got.r.Str("acquired_at")).Sub(end); late > 300*time.Millisecond {
-				t.Errorf("lease end -> grant %v, want within 50 ms (+slack)", late)
+			if late := parseStamp(t, got.r.Str("acquired_at")).Sub(end); late > promptly {
+				t.Errorf("lease end -> grant %v, want at the lease end (< %v), not at the wait's end", late, promptly)
 			}
 		})
 	}
@@ -223,13 +223,13 @@ func TestReviewOverlappingPollsLoseTicket(t *testing.T) {
 	q := e.enqueue("twice", map[string]any{"ttl_ms": 30000, "owner": "T"})
 	first := e.send(req{Method: "GET", Path: q.Str("url") + "?wait_ms=1500"})
 	e.awaitWaiters(1)
-	second := e.send(req{Method: "GET", Path: q.Str("url") + "?wait_ms=9000"})
+	second := e.send(req{Method: "GET", Path: q.Str("url") + "?wait_ms=20000"})
 	e.awaitWaiters(2)
 
 	wantStatus(t, awaitAnswer(t, first, 10*time.Second).r, http.StatusAccepted, "")
 	time.Sleep(tt + 500*time.Millisecond) // the ticket ttl passes; the second poll is still in flight
 	wantStatus(t, e.do(req{Method: "DELETE", Path: h.Str("url")}), http.StatusOK, "")
-	got := awaitAnswer(t, second, 15*time.Second)
+	got := awaitAnswer(t, second, 25*time.Second)
 	if got.r.Status != http.StatusOK {
 		t.Fatalf("the poll still in flight: %d, want 200 (its ticket alive, granted at the release)\n%s", got.r.Status, got.r.Raw)
 	}

@@ -290,7 +290,7 @@ func TestReviewLatePollAfterItsUndo(t *testing.T) {
 	srv := redistest.Start(t)
 	px := startDelayProxy(t, srv.Addr())
 	e := newEnv(t, envOptions{Redis: srv, RedisURL: px.URL(), TicketTTL: tt})
-	wantStatus(t, e.do(req{Method: "GET", Path: "/readyz"}), http.StatusOK, "") // scripts loaded: EVALSHA, no EVAL
+	e.awaitReady() // scripts loaded: EVALSHA, no EVAL
 	h := e.acquire("late", map[string]any{"ttl_ms": 30000, "owner": "H"})
 	q := e.enqueue("late", map[string]any{"ttl_ms": 60000, "owner": "T"})
 	tkey := e.lockKey("late") + ":t:" + idHash(q.Str("ticket"))

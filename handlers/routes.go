@@ -40,6 +40,9 @@ type Locker interface {
 	EndSession(ctx context.Context, ref store.Ref) (int, error)
 	List(ctx context.Context, r store.ListRequest) (store.ListPage, error)
 	Ready(ctx context.Context) error
+	// InTurn runs f at once, or, while calls to Redis queue, once their queue
+	// is short, on another goroutine (a request can park meanwhile).
+	InTurn(ctx context.Context, f func(context.Context))
 }
 
 // Deps are the server's dependencies.

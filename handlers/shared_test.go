@@ -338,19 +338,19 @@ func TestSharedTicketRun(t *testing.T) {
 	// The first three wait in long-polls; the release wakes each at once.
 	var polls []<-chan answer
 	for _, tk := range tickets[:3] {
-		polls = append(polls, e.send(req{Method: "GET", Path: tk.Str("url") + "?wait_ms=10000"}))
+		polls = append(polls, e.send(req{Method: "GET", Path: tk.Str("url") + "?wait_ms=15000"}))
 	}
 	e.awaitWaiters(3)
 	released := time.Now()
 	e.release(x0)
 	var run []*resp
 	for i, ch := range polls {
-		got := awaitAnswer(t, ch, 5*time.Second)
+		got := awaitAnswer(t, ch, 20*time.Second)
 		wantStatus(t, got.r, http.StatusOK, "")
 		if got.r.Str("owner") != "s"+itoa(i+1) || !got.r.Bool("shared") {
 			t.Errorf("run %d: %s", i, got.r.Raw)
 		}
-		if d := got.at.Sub(released); d > 500*time.Millisecond {
+		if d := got.at.Sub(released); d > promptly {
 			t.Errorf("ticket s%d answered %v after the release, want at once", i+1, d)
 		}
 		run = append(run, got.r)
@@ -370,7 +370,7 @@ func TestSharedTicketRun(t *testing.T) {
 	for _, l := range run {
 		e.release(l)
 	}
-	x4 := e.poll(tickets[3].Str("url"), 2000)
+	x4 := e.poll(tickets[3].Str("url"), 10000)
 	wantStatus(t, x4, http.StatusOK, "")
 	if x4.Bool("shared") || x4.Int("fence") <= run[2].Int("fence") {
 		t.Errorf("x4 %s: want exclusive with a fence above the run's", x4.Raw)
@@ -379,38 +379,39 @@ func TestSharedTicketRun(t *testing.T) {
 		t.Errorf("s5 while x4 holds: %d %s, want 202", p.Status, p.Raw)
 	}
 	e.release(x4)
-	s5 := e.poll(tickets[4].Str("url"), 2000)
+	s5 := e.poll(tickets[4].Str("url"), 10000)
 	wantStatus(t, s5, http.StatusOK, "")
 	e.release(s5)
 	e.onlyFences()
 }
 
-// A shared hold's expiry hands its slot to the queue within 50 ms, and the last
-// one's expiry hands the lock to a queued exclusive waiter.
+// A shared hold's expiry hands its slot to the queue at once (within 50 ms, as
+// the benchmark measures; here within promptly, not at the wait's end), and the
+// last one's expiry hands the lock to a queued exclusive waiter.
 func TestSharedExpiryHandsSlotOn(t *testing.T) {
 	e := newEnv(t, envOptions{})
-	short := e.share("slot", map[string]any{"limit": 2, "ttl_ms": 400})
+	short := e.share("slot", map[string]any{"limit": 2, "ttl_ms": 2000})
 	long := e.share("slot", map[string]any{"limit": 2, "ttl_ms": 30000})
 	tk := e.enqueue("slot", map[string]any{"shared": true, "limit": 2, "owner": "next"})
-	got := e.poll(tk.Str("url"), 5000)
+	got := e.poll(tk.Str("url"), 15000)
 	wantStatus(t, got, http.StatusOK, "")
 	late := parseStamp(t, got.Str("acquired_at")).Sub(parseStamp(t, short.Str("expires_at")))
 	t.Logf("shared hold end -> slot granted: %s", fmtMs(late))
-	if late < 0 || late > 60*time.Millisecond {
-		t.Errorf("slot granted %v after the shared hold ran out, want within 50 ms (+10 ms clock slack)", late)
+	if late < 0 || late > promptly {
+		t.Errorf("slot granted %v after the shared hold ran out, want at once (within %v)", late, promptly)
 	}
 	e.release(long)
 
 	// The exclusive waiter gets the lock when the last shared hold runs out.
-	p := e.do(req{Method: "PATCH", Path: got.Str("url"), Body: map[string]any{"ttl_ms": 300}})
+	p := e.do(req{Method: "PATCH", Path: got.Str("url"), Body: map[string]any{"ttl_ms": 2000}})
 	wantStatus(t, p, http.StatusOK, "")
-	x := e.parkWaiter("slot", map[string]any{"wait_ms": 5000, "owner": "writer"})
-	xg := awaitAnswer(t, x, 10*time.Second)
+	x := e.parkWaiter("slot", map[string]any{"wait_ms": 15000, "owner": "writer"})
+	xg := awaitAnswer(t, x, 20*time.Second)
 	wantStatus(t, xg.r, http.StatusCreated, "")
 	late = parseStamp(t, xg.r.Str("acquired_at")).Sub(parseStamp(t, p.Str("expires_at")))
 	t.Logf("last shared hold end -> exclusive waiter granted: %s", fmtMs(late))
-	if late < 0 || late > 60*time.Millisecond {
-		t.Errorf("exclusive waiter granted %v after the last shared hold ran out, want within 50 ms (+10 ms)", late)
+	if late < 0 || late > promptly {
+		t.Errorf("exclusive waiter granted %v after the last shared hold ran out, want at once (within %v)", late, promptly)
 	}
 }
 
@@ -421,12 +422,12 @@ func TestSharedWaitersAllGetIn(t *testing.T) {
 	var ws []<-chan answer
 	for i := range 4 {
 		ws = append(ws, e.send(req{Method: "POST", Path: "/v1/locks/many",
-			Body: map[string]any{"shared": true, "wait_ms": 10000, "owner": "r" + itoa(i)}}))
+			Body: map[string]any{"shared": true, "wait_ms": 15000, "owner": "r" + itoa(i)}}))
 	}
 	e.awaitWaiters(4)
 	e.release(x)
 	for _, ch := range ws {
-		got := awaitAnswer(t, ch, 5*time.Second)
+		got := awaitAnswer(t, ch, promptly) // at the release, not at the wait's end
 		wantStatus(t, got.r, http.StatusCreated, "")
 	}
 	if st := e.state("many"); st.Int("holders") != 4 {
@@ -445,11 +446,11 @@ func TestWatchSharedChanges(t *testing.T) {
 		{give: "a second reader", change: func() *resp { return e.share("ws", map[string]any{"ttl_ms": 30000}) }},
 		{give: "a reader leaves", change: func() *resp { return e.release(a) }},
 	} {
-		w := e.send(req{Method: "GET", Path: "/v1/locks/ws?wait_ms=8000"})
+		w := e.send(req{Method: "GET", Path: "/v1/locks/ws?wait_ms=15000"})
 		e.awaitWaiters(1)
 		e.awaitSubscribers("ws", 1)
 		step.change()
-		got := awaitAnswer(t, w, 3*time.Second)
+		got := awaitAnswer(t, w, promptly) // at the change, not at the wait's end
 		wantStatus(t, got.r, http.StatusOK, "")
 		e.awaitWaiters(0)
 	}

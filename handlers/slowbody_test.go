@@ -2,7 +2,6 @@ package handlers_test
 
 import (
 	"io"
-	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -97,7 +96,7 @@ func TestBodyReadTimeout(t *testing.T) {
 				t.Errorf("%d without Connection: close", got.Status)
 			}
 			c.closed()
-			if after := e.snapshot(); !maps.Equal(after, before) {
+			if after := e.snapshot(); !sameKeys(before, after) {
 				t.Errorf("Redis after a body that never came:\n%v\nwant it unchanged:\n%v", after, before)
 			}
 		})
@@ -161,7 +160,7 @@ func TestBodyCutShort(t *testing.T) {
 			t.Errorf("logged: %s", l)
 		}
 	}
-	if after := e.snapshot(); !maps.Equal(after, before) {
+	if after := e.snapshot(); !sameKeys(before, after) {
 		t.Errorf("Redis after a body cut short:\n%v\nwant it unchanged:\n%v", after, before)
 	}
 }

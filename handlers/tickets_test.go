@@ -140,7 +140,7 @@ func testHandoffWakesOnlyTheHead(t *testing.T, cluster bool) {
 			e := newEnv(t, envOptions{Cluster: cluster})
 			ttl := 30000
 			if how == "expiry" {
-				ttl = 400
+				ttl = 2000 // outlives setting up the three polls
 			}
 			holder := e.acquire("h", map[string]any{"ttl_ms": ttl})
 			var tickets []*resp
@@ -150,7 +150,7 @@ func testHandoffWakesOnlyTheHead(t *testing.T, cluster bool) {
 			answers := make([]chan *resp, 3)
 			for i, tk := range tickets {
 				answers[i] = make(chan *resp, 1)
-				go func() { answers[i] <- e.poll(tk.Str("url"), 8000) }()
+				go func() { answers[i] <- e.poll(tk.Str("url"), 20000) }()
 			}
 			e.awaitWaiters(3)
 			switch how {
@@ -167,8 +167,8 @@ func testHandoffWakesOnlyTheHead(t *testing.T, cluster bool) {
 			if how == "expiry" {
 				late := parseStamp(t, head.Str("acquired_at")).Sub(parseStamp(t, holder.Str("expires_at")))
 				t.Logf("lease end to grant: %v", late)
-				if late > 60*time.Millisecond {
-					t.Errorf("granted %v after the lease ran out, want within 50 ms", late)
+				if late > promptly { // 50 ms by the contract: the benchmark measures it
+					t.Errorf("granted %v after the lease ran out, want at once (within %v)", late, promptly)
 				}
 			}
 			// The two others are still parked: no herd.
@@ -256,7 +256,7 @@ func testDeadTicketDoesNotStallQueue(t *testing.T, cluster bool) {
 	e.enqueue("dead", map[string]any{"owner": "dead"}) // never polled again
 	live := e.enqueue("dead", map[string]any{"owner": "live"})
 	got := make(chan *resp, 1)
-	go func() { got <- e.poll(live.Str("url"), 5000) }()
+	go func() { got <- e.poll(live.Str("url"), 15000) }()
 	e.awaitWaiters(1)
 	e.do(req{Method: "DELETE", Path: holder.Str("url")})
 	released := time.Now()
@@ -264,8 +264,8 @@ func testDeadTicketDoesNotStallQueue(t *testing.T, cluster bool) {
 	wantStatus(t, l, http.StatusOK, "")
 	delay := time.Since(released)
 	t.Logf("live ticket granted %v after the release (ticket ttl %v)", delay, ticketTTL)
-	if delay > ticketTTL+200*time.Millisecond {
-		t.Fatalf("dead head held the queue %v, want at most the ticket ttl %v", delay, ticketTTL)
+	if delay > ticketTTL+promptly {
+		t.Fatalf("dead head held the queue %v, want at most the ticket ttl %v (+%v)", delay, ticketTTL, promptly)
 	}
 	if l.Str("owner") != "live" {
 		t.Fatalf("granted %s", l.Raw)

@@ -30,6 +30,9 @@ type Metrics struct {
 	Undos            *prometheus.CounterVec // what
 	BodyReadTimeouts prometheus.Counter
 	WaitersMax       prometheus.Gauge // BATON_MAX_WAITERS, for alerts on Waiters
+	CallsQueued      prometheus.Gauge
+	QueueWait        prometheus.Histogram
+	Overloaded       *prometheus.CounterVec // reason
 	Conns            prometheus.Gauge // open client connections
 	ConnsMax         prometheus.Gauge // BATON_MAX_CONNS
 	ConnsRefused     prometheus.Counter
@@ -97,6 +100,19 @@ func New() *Metrics {
 		Name: "baton_waiters_max",
 		Help: "The most long-polls this process holds at once (BATON_MAX_WAITERS); beyond it, 429 too-many-waiters.",
 	})
+	m.CallsQueued = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "baton_redis_calls_queued",
+		Help: "Redis script calls waiting for a turn on a connection (at most one fewer than the pool's connections are in flight per Redis).",
+	})
+	m.QueueWait = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "baton_redis_queue_wait_seconds",
+		Help:    "How long Redis script calls that found every turn taken waited for one (or until they were refused).",
+		Buckets: []float64{.0001, .0005, .001, .005, .01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+	})
+	m.Overloaded = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "baton_overloaded_total",
+		Help: "Redis calls refused, before anything was sent, because this process was past its bounds (each answered 503 overloaded), by reason: queue_full (BATON_MAX_QUEUED_CALLS calls waited already), queue_wait (one waited BATON_MAX_QUEUE_WAIT), pool_timeout (go-redis's pool had no connection in time).",
+	}, []string{"reason"})
 	m.Conns = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "baton_connections",
 		Help: "Client connections open now (parked long-polls and idle keep-alives included).",
@@ -120,7 +136,7 @@ func New() *Metrics {
 	})
 	m.Registry.MustRegister(m.Requests, m.Duration, m.Acquires, m.Waiters, m.Handoff,
 		m.RedisErrors, m.PubSubReconnects, m.PubSubConns, m.WaitUnacked, m.AuthReloadErrors, m.Undos, m.BodyReadTimeouts,
-		m.WaitersMax, m.Conns, m.ConnsMax, m.ConnsRefused, redisUp,
+		m.WaitersMax, m.CallsQueued, m.QueueWait, m.Overloaded, m.Conns, m.ConnsMax, m.ConnsRefused, redisUp,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

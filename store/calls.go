@@ -75,14 +75,10 @@ func (s *Store) tries(ctx context.Context, c call) (reply, error) {
 			return reply{}, &callError{err: fmt.Errorf("%s: %w: redis is down (health gate)", c.op.name, ErrUnavailable),
 				unknown: ran}
 		}
-		var st stamp
-		if !c.timeless {
-			var err error
-			if st, err = s.stamp(ctx, c.keys[0]); err != nil {
-				return reply{}, &callError{err: fmt.Errorf("%s: %w", c.op.name, err), unknown: ran}
-			}
+		st, rep, err, raw, sent := s.send(ctx, c)
+		if !sent {
+			return reply{}, &callError{err: fmt.Errorf("%s: %w", c.op.name, err), unknown: ran}
 		}
-		rep, err, raw := s.attempt(ctx, c, st.notAfter)
 		switch {
 		case raw == nil && err == nil && rep.code == "expired":
 			// Definite: it changed nothing. The clock estimate may be off
@@ -123,6 +119,24 @@ func wait(t time.Time) {
 	if d := time.Until(t); d > 0 {
 		time.Sleep(d)
 	}
+}
+
+// send sends a call once, in its turn (admission.go), stamped once it has the
+// turn. sent is false when it was not sent (no turn, no stamp): err says why.
+func (s *Store) send(ctx context.Context, c call) (st stamp, rep reply, err, raw error, sent bool) {
+	t := s.turnsFor(c.keys[0])
+	if err := t.enter(ctx); err != nil {
+		return stamp{}, reply{}, err, nil, false
+	}
+	if !c.timeless {
+		if st, err = s.stamp(ctx, c.keys[0]); err != nil {
+			t.leave(false)
+			return stamp{}, reply{}, err, nil, false
+		}
+	}
+	rep, err, raw = s.attempt(ctx, c, st.notAfter)
+	t.leave(raw == nil)
+	return st, rep, err, raw, true
 }
 
 // confirmPast waits until key's Redis reads a time past notAfter: the

@@ -116,10 +116,11 @@ func (s *Store) capNow(ctx context.Context, key string) (int64, error) {
 	return na - callBudget.Milliseconds(), nil
 }
 
-// capsExec sends fn's commands to the principal's slot in one round trip: as
-// one MULTI/EXEC with tx (an admission: no other admission between its count
-// and its add). The call does not end when the request's client goes away.
-func (s *Store) capsExec(ctx context.Context, tx bool, fn func(p redis.Pipeliner)) error {
+// capsExec sends fn's commands to the principal's slot (key is any of its
+// sets) in one round trip, in a turn on a connection (admission.go): as one
+// MULTI/EXEC with tx (an admission: no other admission between its count and
+// its add). The call does not end when the request's client goes away.
+func (s *Store) capsExec(ctx context.Context, key string, tx bool, fn func(p redis.Pipeliner)) error {
 	s.gate.RLock()
 	defer s.gate.RUnlock()
 	if s.closed {
@@ -130,6 +131,10 @@ func (s *Store) capsExec(ctx context.Context, tx bool, fn func(p redis.Pipeliner
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), capCallTimeout)
 	defer cancel()
+	t := s.turnsFor(key)
+	if err := t.enter(ctx); err != nil {
+		return fmt.Errorf("caps: %w", err)
+	}
 	f := func(p redis.Pipeliner) error { fn(p); return nil }
 	var err error
 	if tx {
@@ -137,6 +142,7 @@ func (s *Store) capsExec(ctx context.Context, tx bool, fn func(p redis.Pipeliner
 	} else {
 		_, err = s.rdb.Pipelined(ctx, f)
 	}
+	t.leave(err == nil)
 	if err != nil {
 		return s.storeErr("caps", err)
 	}
@@ -145,8 +151,8 @@ func (s *Store) capsExec(ctx context.Context, tx bool, fn func(p redis.Pipeliner
 
 // capTidy is capsExec for the bookkeeping after a script: best effort, since
 // what it fixes ends at its deadline anyway.
-func (s *Store) capTidy(ctx context.Context, fn func(p redis.Pipeliner)) {
-	if err := s.capsExec(ctx, false, fn); err != nil {
+func (s *Store) capTidy(ctx context.Context, key string, fn func(p redis.Pipeliner)) {
+	if err := s.capsExec(ctx, key, false, fn); err != nil {
 		s.opt.Logger.Debug().Err(err).Msg("caps: a count could not be updated; it is right again at the object's deadline")
 	}
 }
@@ -161,6 +167,8 @@ func capAdd(ctx context.Context, p redis.Pipeliner, key, member string, d int64,
 }
 
 func capExpire(ctx context.Context, p redis.Pipeliner, key string, d int64) {
+	p.Do(ctx, "PEXPIREAT", key, d, "NX")
+	p.Do(ctx, "PEXPIREAT", key, d, "GT")
 }
 
 // capRefusal takes the members an admission added back out of their sets and
@@ -168,7 +176,7 @@ func capExpire(ctx context.Context, p redis.Pipeliner, key string, d int64) {
 // in key (the refused kind's set).
 func (s *Store) capRefusal(ctx context.Context, key string, now int64, kind string, limit int, added map[string]string) error {
 	var first *redis.ZSliceCmd
-	_ = s.capsExec(ctx, false, func(p redis.Pipeliner) {
+	_ = s.capsExec(ctx, key, false, func(p redis.Pipeliner) {
 		for k, m := range added {
 			p.ZRem(ctx, k, m)
 		}
@@ -182,8 +190,8 @@ func (s *Store) capRefusal(ctx context.Context, key string, now int64, kind stri
 	return &CapError{Kind: kind, Limit: limit, RetryAfter: retry}
 }
 
-// admission is what an acquire's admission added, for its answer to settle.
-type admission struct {
+// capAdmission is what an acquire's cap admission added, for its answer to settle.
+type capAdmission struct {
 	s      *Store
 	r      AcquireRequest
 	ids    requestIDs
@@ -198,12 +206,12 @@ type admission struct {
 // tickets, and is refused when the holds are at their cap too (it would
 // become one). It returns nil when r.Caps caps neither; errors: *CapError,
 // ErrUnavailable.
-func (s *Store) admitAcquire(ctx context.Context, r AcquireRequest, ids requestIDs) (*admission, error) {
+func (s *Store) admitAcquire(ctx context.Context, r AcquireRequest, ids requestIDs) (*capAdmission, error) {
 	c := r.Caps
 	if c.Holds <= 0 && (!r.Fair || c.Tickets <= 0) {
 		return nil, nil
 	}
-	a := &admission{s: s, r: r, ids: ids, hk: s.capKey(r.By, 'h'), tk: s.capKey(r.By, 't')}
+	a := &capAdmission{s: s, r: r, ids: ids, hk: s.capKey(r.By, 'h'), tk: s.capKey(r.By, 't')}
 	now, err := s.capNow(ctx, a.hk)
 	if err != nil {
 		return nil, err
@@ -216,7 +224,7 @@ func (s *Store) admitAcquire(ctx context.Context, r AcquireRequest, ids requestI
 	provT := now + ms(r.Wait+s.opt.TicketTTL+capSlack)
 	cut := strconv.FormatInt(now, 10)
 	var hAdd, hCard, tAdd, tCard *redis.IntCmd
-	err = s.capsExec(ctx, true, func(p redis.Pipeliner) {
+	err = s.capsExec(ctx, a.hk, true, func(p redis.Pipeliner) {
 		if c.Holds > 0 {
 			p.ZRemRangeByScore(ctx, a.hk, "-inf", cut)
 			if !r.Fair {
@@ -256,7 +264,7 @@ func (s *Store) admitAcquire(ctx context.Context, r AcquireRequest, ids requestI
 }
 
 // settling wraps an acquire's answer f: the admission is settled first.
-func (a *admission) settling(ctx context.Context, f func(AcquireResult, error)) func(AcquireResult, error) {
+func (a *capAdmission) settling(ctx context.Context, f func(AcquireResult, error)) func(AcquireResult, error) {
 	return func(res AcquireResult, err error) {
 		a.settle(ctx, res, err)
 		f(res, err)
@@ -267,12 +275,12 @@ func (a *admission) settling(ctx context.Context, f func(AcquireResult, error)) 
 // members out), a ticket (its provisional deadline stands: the latest the
 // ticket can live without a poll), or a hold (its deadline; a fair request's
 // ticket member gives way to it).
-func (a *admission) settle(ctx context.Context, res AcquireResult, err error) {
+func (a *capAdmission) settle(ctx context.Context, res AcquireResult, err error) {
 	s, c := a.s, a.r.Caps
 	switch {
 	case err != nil || (res.Lease == nil && res.Ticket == nil):
 		if a.hold || a.ticket {
-			s.capTidy(ctx, func(p redis.Pipeliner) {
+			s.capTidy(ctx, a.hk, func(p redis.Pipeliner) {
 				if a.hold {
 					p.ZRem(ctx, a.hk, a.ids.lh)
 				}
@@ -284,11 +292,11 @@ func (a *admission) settle(ctx context.Context, res AcquireResult, err error) {
 	case res.Lease != nil && !a.r.Fair:
 		d := res.Lease.ExpiresAt.UnixMilli()
 		if d > a.provH || a.provH-d > capSettleSlack.Milliseconds() {
-			s.capTidy(ctx, func(p redis.Pipeliner) { capAdd(ctx, p, a.hk, hashID(res.Lease.ID), d, redis.ZAddArgs{}) })
+			s.capTidy(ctx, a.hk, func(p redis.Pipeliner) { capAdd(ctx, p, a.hk, hashID(res.Lease.ID), d, redis.ZAddArgs{}) })
 		}
 	case res.Lease != nil:
 		d := res.Lease.ExpiresAt.UnixMilli()
-		s.capTidy(ctx, func(p redis.Pipeliner) {
+		s.capTidy(ctx, a.hk, func(p redis.Pipeliner) {
 			if c.Tickets > 0 {
 				p.ZRem(ctx, a.tk, a.ids.th)
 			}
@@ -305,7 +313,7 @@ func (s *Store) capRenewed(ctx context.Context, by string, c Caps, l *Lease) {
 		return
 	}
 	hk := s.capKey(by, 'h')
-	s.capTidy(ctx, func(p redis.Pipeliner) {
+	s.capTidy(ctx, hk, func(p redis.Pipeliner) {
 		d := l.ExpiresAt.UnixMilli()
 		p.ZAddArgs(ctx, hk, redis.ZAddArgs{XX: true, Members: []redis.Z{{Score: float64(d), Member: hashID(l.ID)}}})
 		p.Do(ctx, "PEXPIREAT", hk, d, "GT")
@@ -317,7 +325,7 @@ func (s *Store) capReleased(ctx context.Context, l Ref) {
 	if l.Caps.Holds <= 0 {
 		return
 	}
-	s.capTidy(ctx, func(p redis.Pipeliner) { p.ZRem(ctx, s.capKey(l.By, 'h'), hashID(l.ID)) })
+	s.capTidy(ctx, s.capKey(l.By, 'h'), func(p redis.Pipeliner) { p.ZRem(ctx, s.capKey(l.By, 'h'), hashID(l.ID)) })
 }
 
 // capCancelled takes a ticket out of the count, and with ended the grant it
@@ -327,7 +335,7 @@ func (s *Store) capCancelled(ctx context.Context, t Ref, ended bool) {
 	if c.Tickets <= 0 && (c.Holds <= 0 || !ended) {
 		return
 	}
-	s.capTidy(ctx, func(p redis.Pipeliner) {
+	s.capTidy(ctx, s.capKey(t.By, 't'), func(p redis.Pipeliner) {
 		if c.Tickets > 0 {
 			p.ZRem(ctx, s.capKey(t.By, 't'), hashID(t.ID))
 		}
@@ -350,7 +358,7 @@ func (s *Store) capPolling(ctx context.Context, t Ref, wait time.Duration) {
 		return
 	}
 	d := now + ms(wait+s.opt.TicketTTL+capSlack)
-	s.capTidy(ctx, func(p redis.Pipeliner) {
+	s.capTidy(ctx, tk, func(p redis.Pipeliner) {
 		p.ZAddArgs(ctx, tk, redis.ZAddArgs{XX: true, GT: true, Members: []redis.Z{{Score: float64(d), Member: hashID(t.ID)}}})
 		p.Do(ctx, "PEXPIREAT", tk, d, "GT")
 	})
@@ -366,7 +374,7 @@ func (s *Store) pollSettling(ctx context.Context, t Ref, f func(PollResult, erro
 	return func(res PollResult, err error) {
 		gone := errors.Is(err, ErrTicketGone)
 		if (res.Lease != nil && err == nil) || gone {
-			s.capTidy(ctx, func(p redis.Pipeliner) {
+			s.capTidy(ctx, s.capKey(t.By, 't'), func(p redis.Pipeliner) {
 				if c.Tickets > 0 {
 					p.ZRem(ctx, s.capKey(t.By, 't'), hashID(t.ID))
 				}
@@ -392,7 +400,7 @@ func (s *Store) admitSession(ctx context.Context, r SessionRequest, sh string) (
 	}
 	a.prov = now + ms(r.TTL+capSlack)
 	var add, card *redis.IntCmd
-	err = s.capsExec(ctx, true, func(p redis.Pipeliner) {
+	err = s.capsExec(ctx, a.sk, true, func(p redis.Pipeliner) {
 		p.ZRemRangeByScore(ctx, a.sk, "-inf", strconv.FormatInt(now, 10))
 		add = p.ZAddArgs(ctx, a.sk, redis.ZAddArgs{GT: true, Members: []redis.Z{{Score: float64(a.prov), Member: sh}}})
 		capExpire(ctx, p, a.sk, a.prov)
@@ -424,12 +432,12 @@ func (a *sessionAdmission) settle(ctx context.Context, sess Session, err error) 
 	switch {
 	case err != nil:
 		if a.added {
-			a.s.capTidy(ctx, func(p redis.Pipeliner) { p.ZRem(ctx, a.sk, a.sh) })
+			a.s.capTidy(ctx, a.sk, func(p redis.Pipeliner) { p.ZRem(ctx, a.sk, a.sh) })
 		}
 	default:
 		d := sess.ExpiresAt.UnixMilli()
 		if d > a.prov || a.prov-d > capSettleSlack.Milliseconds() {
-			a.s.capTidy(ctx, func(p redis.Pipeliner) { capAdd(ctx, p, a.sk, a.sh, d, redis.ZAddArgs{}) })
+			a.s.capTidy(ctx, a.sk, func(p redis.Pipeliner) { capAdd(ctx, p, a.sk, a.sh, d, redis.ZAddArgs{}) })
 		}
 	}
 }
@@ -441,7 +449,7 @@ func (s *Store) capSessionRenewed(ctx context.Context, ref Ref, sess Session, ho
 		return
 	}
 	d := sess.ExpiresAt.UnixMilli()
-	s.capTidy(ctx, func(p redis.Pipeliner) {
+	s.capTidy(ctx, s.capKey(ref.By, 's'), func(p redis.Pipeliner) {
 		if c.Sessions > 0 {
 			sk := s.capKey(ref.By, 's')
 			p.ZAddArgs(ctx, sk, redis.ZAddArgs{XX: true, Members: []redis.Z{{Score: float64(d), Member: hashID(ref.ID)}}})
@@ -476,7 +484,7 @@ func (s *Store) capSessionEnded(ctx context.Context, ref Ref, members []string) 
 		holds = append(holds, hashID(sessionLease(ref.ID, nonce)), hashID(ticketLease(tid)))
 		tickets = append(tickets, hashID(tid))
 	}
-	s.capTidy(ctx, func(p redis.Pipeliner) {
+	s.capTidy(ctx, s.capKey(ref.By, 's'), func(p redis.Pipeliner) {
 		if c.Sessions > 0 {
 			p.ZRem(ctx, s.capKey(ref.By, 's'), hashID(ref.ID))
 		}

@@ -35,6 +35,12 @@ var (
 	ErrTooManyWaiters = errors.New("too many waiters")
 	// ErrUnavailable: Redis cannot be reached, or the store is shutting down.
 	ErrUnavailable = errors.New("store unavailable")
+	// ErrOverloaded: this process is past its own bounds (admission.go): a
+	// call found MaxQueuedCalls calls waiting for a Redis connection already,
+	// or waited MaxQueueWait for one while Redis answered others, or go-redis's
+	// pool had no connection for it in time. Nothing was sent. Any operation
+	// may return it.
+	ErrOverloaded = errors.New("overloaded")
 )
 
 // HeldError describes why a lock could not be granted: its soonest-ending hold

@@ -59,6 +59,13 @@ type Options struct {
 	// same on every replica; empty: one is made once and kept in Redis.
 	Secret []byte
 
+	// MaxQueuedCalls bounds the script calls waiting for a turn on a Redis
+	// connection (admission.go), default DefaultMaxQueuedCalls; MaxQueueWait
+	// bounds how long one waits, default DefaultMaxQueueWait. A call past
+	// either answers ErrOverloaded.
+	MaxQueuedCalls int
+	MaxQueueWait   time.Duration
+
 	// Gate, from NewGatedClient, keeps calls away from a Redis that is down
 	// (they answer ErrUnavailable at once) and lets them through the moment it
 	// answers again; nil: none. Close closes it.
@@ -76,7 +83,8 @@ type Store struct {
 	disp    *dispatcher
 	waiters atomic.Int64
 
-	ss *scriptSet // the scripts (scripts.go)
+	ss  *scriptSet // the scripts (scripts.go)
+	adm *admission // the calls' turns on the connections (admission.go)
 
 	secretKey atomic.Pointer[[]byte] // see secret.go
 	secretErr atomic.Pointer[error]  // ErrSecretMismatch, once found
@@ -271,6 +279,12 @@ func New(rdb redis.UniversalClient, opt Options) *Store {
 	if opt.IdempotencyGrace <= 0 {
 		opt.IdempotencyGrace = time.Minute
 	}
+	if opt.MaxQueuedCalls <= 0 {
+		opt.MaxQueuedCalls = DefaultMaxQueuedCalls
+	}
+	if opt.MaxQueueWait <= 0 {
+		opt.MaxQueueWait = DefaultMaxQueueWait
+	}
 	cc, _ := rdb.(*redis.ClusterClient)
 	s := &Store{
 		rdb:     rdb,
@@ -282,6 +296,7 @@ func New(rdb redis.UniversalClient, opt Options) *Store {
 		undos:    newUndoer(),
 		shutdown: make(chan struct{}),
 	}
+	s.adm = newAdmission(rdb, opt.MaxQueuedCalls, opt.MaxQueueWait, opt.Metrics, s.shutdown)
 	s.stopped, s.stop = context.WithCancel(context.Background())
 	if cc != nil {
 		s.topo = newTopology(cc)
@@ -468,11 +483,17 @@ func (s *Store) unacked(op string, acked int64, err error) {
 		"(counted in baton_wait_unacked_total; warned at most once a second)")
 }
 
-// storeErr counts a failed Redis call and classifies it: unreachable, timed out,
-// failing over or loading is ErrUnavailable; anything else (a script error) is
-// returned wrapped, for the caller to report as internal.
+// storeErr counts a failed Redis call and classifies it: no connection free
+// in the pool in time is ErrOverloaded (a queue in this process, not Redis
+// down); unreachable, timed out, failing over or loading is ErrUnavailable;
+// anything else (a script error) is returned wrapped, for the caller to
+// report as internal.
 func (s *Store) storeErr(op string, err error) error {
 	s.m.RedisErrors.Inc()
+	if errors.Is(err, redis.ErrPoolTimeout) {
+		s.m.Overloaded.WithLabelValues("pool_timeout").Inc()
+		return fmt.Errorf("%s: %w: %w", op, ErrOverloaded, err)
+	}
 	if isConnError(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err)
 	}

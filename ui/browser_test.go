@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -93,9 +94,10 @@ func TestDashboard(t *testing.T) {
 	// Released over the API: gone from the list at the next refresh.
 	api.send(http.MethodDelete, nightly.URL, "", http.StatusOK)
 	b.until("the released lock leaves the list", `!document.querySelector('tr[data-name="ui:nightly"]')`)
-	if after := b.text(`tr[data-name="ui:backup"] td.ttl`); after == ttlBefore {
-		t.Errorf("time left did not count down: %q, then %q", ttlBefore, after)
-	}
+	// Time left counts down by the second (a loaded machine may show both
+	// readings within one).
+	b.until("time left counts down from "+ttlBefore,
+		`document.querySelector('tr[data-name="ui:backup"] td.ttl').textContent !== `+strconv.Quote(ttlBefore))
 
 	// The prefix filter asks the server for names that start with it.
 	b.do("type a prefix", chromedp.SendKeys(chromedp.ID("prefix"), "ui:"))
@@ -113,7 +115,10 @@ func TestDashboard(t *testing.T) {
 	api.send(http.MethodDelete, payroll.URL, "", http.StatusOK)
 	b.until("the watch shows the handoff", `document.querySelector('#holds tbody').textContent.includes('invoice-worker') &&
 		document.getElementById('d-waiters').textContent === 'none'`)
-	if d := time.Since(released); d > 1500*time.Millisecond {
+	// Only the opened lock's watch renders the details; had the release not
+	// woken it, they would change when its long-poll ends (up to 25 s, the
+	// page's WATCH_MAX), not within a few seconds, however loaded the machine.
+	if d := time.Since(released); d > 8*time.Second {
 		t.Errorf("the details took %v to show the handoff, want a long-poll's promptness", d)
 	}
 

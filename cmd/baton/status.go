@@ -163,7 +163,8 @@ type watcher struct {
 
 // run prints the state, then every change, until ctx is done (nil) or a
 // request is refused (its error). Trouble that passes (no answer, a proxy's
-// 502 or 504, a 503) is waited out.
+// 502 or 504, a 503 store-unavailable or overloaded) is waited out, with
+// backoff, and never shorter than the answer's Retry-After.
 func (w *watcher) run(ctx context.Context) error {
 	var last *client.LockState
 	failing := false
@@ -194,7 +195,7 @@ func (w *watcher) run(ctx context.Context) error {
 				fmt.Fprintf(w.errs, "baton: %v; trying again\n", err)
 				failing = true
 			}
-			if !sleep(ctx, backoff) {
+			if !sleep(ctx, max(backoff, retryAfter(err))) {
 				return nil
 			}
 			backoff = min(2*backoff, 2*time.Second)
@@ -241,6 +242,15 @@ func retryable(err error) bool {
 		return p.Status >= 500 || p.Status == 429 || p.Status == 408
 	}
 	return !errors.Is(err, client.ErrUnexpectedResponse)
+}
+
+// retryAfter is the Retry-After of err's problem answer, or 0.
+func retryAfter(err error) time.Duration {
+	var p *client.Problem
+	if errors.As(err, &p) {
+		return p.RetryAfter
+	}
+	return 0
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {

@@ -70,6 +70,10 @@ type Config struct {
 	// Park is "on" (or empty) to park waiting long-polls' connections (park.go),
 	// "off" to keep each on net/http's goroutine while it waits.
 	Park string `envconfig:"PARK" default:"on"`
+	// MaxQueuedCalls and MaxQueueWait bound the Redis calls waiting for a
+	// turn on a connection (store.Options): past either, 503 overloaded.
+	MaxQueuedCalls int           `envconfig:"MAX_QUEUED_CALLS" default:"50000"`
+	MaxQueueWait   time.Duration `envconfig:"MAX_QUEUE_WAIT" default:"10s"`
 
 	// tracer, when set, traces requests and Redis calls. run sets it from the
 	// standard OTEL_* variables (tracing.go), not from a BATON_ one, and tests
@@ -208,6 +212,12 @@ func (c Config) validate() error {
 	}
 	if c.MaxWaiters < 1 {
 		add("BATON_MAX_WAITERS must be at least 1")
+	}
+	if c.MaxQueuedCalls < 1 {
+		add("BATON_MAX_QUEUED_CALLS must be at least 1")
+	}
+	if c.MaxQueueWait < time.Millisecond {
+		add("BATON_MAX_QUEUE_WAIT (%v) must be at least 1ms", c.MaxQueueWait)
 	}
 	if c.MaxConns < 0 {
 		add("BATON_MAX_CONNS must not be negative (0: three quarters of the open-file limit)")

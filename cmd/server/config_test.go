@@ -72,6 +72,9 @@ func TestValidate(t *testing.T) {
 		{name: "negative key sessions", give: func(c *Config) { c.KeyMaxSessions = -5 }, want: "BATON_KEY_MAX_SESSIONS"},
 		{name: "key caps set", give: func(c *Config) { c.KeyMaxHolds, c.KeyMaxTickets, c.KeyMaxSessions = 1, 2, 3 }},
 		{name: "negative shutdown delay", give: func(c *Config) { c.ShutdownDelay = -time.Second }, want: "BATON_SHUTDOWN_DELAY (-1s) must not be negative"},
+		{name: "no queued calls", give: func(c *Config) { c.MaxQueuedCalls = 0 }, want: "BATON_MAX_QUEUED_CALLS must be at least 1"},
+		{name: "no queue wait", give: func(c *Config) { c.MaxQueueWait = 0 }, want: "BATON_MAX_QUEUE_WAIT (0s) must be at least 1ms"},
+		{name: "a short queue wait", give: func(c *Config) { c.MaxQueueWait = time.Millisecond }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -141,6 +141,7 @@ func serve(ctx context.Context, cfg Config, log zerolog.Logger, listening func(n
 		Prefix: cfg.KeyPrefix, TicketTTL: cfg.TicketTTL, MaxWaiters: cfg.MaxWaiters, Logger: log, Metrics: met,
 		WaitReplicas: cfg.WaitReplicas, WaitTimeout: cfg.WaitTimeout, FenceGuard: cfg.FenceGuard,
 		IdempotencyGrace: cfg.IdempotencyGrace, Secret: []byte(cfg.Secret), Gate: gate,
+		MaxQueuedCalls: cfg.MaxQueuedCalls, MaxQueueWait: cfg.MaxQueueWait,
 	})
 	defer st.Close()
 	if err := st.Ready(ctx); err != nil {

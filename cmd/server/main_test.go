@@ -23,6 +23,7 @@ func testConfig() Config {
 		TicketTTL: 10 * time.Second, MaxWaiters: 50000, LogLevel: "info", LogFormat: "json",
 		ShutdownDelay: 0, ShutdownTimeout: 10 * time.Second, WaitTimeout: 100 * time.Millisecond, FenceGuard: time.Hour,
 		IdempotencyGrace: time.Minute, BodyReadTimeout: 10 * time.Second,
+		MaxQueuedCalls: 50000, MaxQueueWait: 10 * time.Second,
 	}
 }
 

@@ -24,9 +24,10 @@ import (
 //	/timeout?ms=T[&n=N][&path=P]      matching requests that Baton does not answer within
 //	                                  T ms get 504, as from nginx (the upstream request
 //	                                  is cancelled); n: for the next N only (default all)
-//	/status?code=C[&n=N][&path=P][&retry_after=S]
+//	/status?code=C[&n=N][&path=P][&retry_after=S][&type=K]
 //	                                  the next N matching requests are answered C at
-//	                                  once (a problem+json body), not forwarded
+//	                                  once (a problem+json body of type /problems/K,
+//	                                  default store-unavailable), not forwarded
 //	/down?on=1|0                      while on, every connection is closed at once
 //	/reset                            no faults
 //	GET /count[?path=P]               {"requests": n}: requests seen (matching P)
@@ -51,6 +52,7 @@ type fault struct {
 	ms           int
 	code         int
 	retryAfter   string
+	problem      string // status: the problem's kind (its type is /problems/<kind>)
 }
 
 func (f *fault) matches(r *http.Request) bool {
@@ -123,7 +125,7 @@ func (p *FaultProxy) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Header().Set("Content-Type", "application/problem+json")
 		w.WriteHeader(f.code)
-		_, _ = w.Write([]byte(`{"type":"/problems/store-unavailable","title":"Injected","status":` + strconv.Itoa(f.code) + `,"detail":"injected by the test proxy"}`))
+		_, _ = w.Write([]byte(`{"type":"/problems/` + f.problem + `","title":"Injected","status":` + strconv.Itoa(f.code) + `,"detail":"injected by the test proxy"}`))
 	case f.kind == "cut":
 		rec := &discard{header: http.Header{}}
 		p.rp.ServeHTTP(rec, r) // Baton answers; the answer goes nowhere
@@ -169,6 +171,9 @@ func (p *FaultProxy) control(w http.ResponseWriter, r *http.Request) {
 		f.kind = "status"
 		f.code, _ = strconv.Atoi(q.Get("code"))
 		f.retryAfter = q.Get("retry_after")
+		if f.problem = q.Get("type"); f.problem == "" || strings.ContainsAny(f.problem, `"\\`) {
+			f.problem = "store-unavailable"
+		}
 		if f.n < 0 {
 			f.n = 1
 		}
@@ -213,9 +218,16 @@ func (p *FaultProxy) Timeout(d time.Duration, path string) {
 	p.ctl("timeout", "ms", strconv.FormatInt(d.Milliseconds(), 10), "path", path)
 }
 
-// Status answers the next n matching requests with code.
+// Status answers the next n matching requests with code (a store-unavailable
+// problem).
 func (p *FaultProxy) Status(code, n int, path string) {
 	p.ctl("status", "code", strconv.Itoa(code), "n", strconv.Itoa(n), "path", path, "retry_after", "1")
+}
+
+// Problem answers the next n matching requests with code and a problem of
+// type /problems/kind.
+func (p *FaultProxy) Problem(code int, kind string, n int, path string) {
+	p.ctl("status", "code", strconv.Itoa(code), "n", strconv.Itoa(n), "path", path, "retry_after", "1", "type", kind)
 }
 
 // Down closes every connection while on.

@@ -52,14 +52,18 @@ func StartCluster(t testing.TB, cfg ClusterConfig) *Cluster {
 }
 
 // MustStartClusterMain is for TestMain: a 3-master, 3-replica cluster in a
-// temporary directory, or it prints why not and exits.
+// temporary directory, or it prints why not and exits. It is shared by tests
+// that kill no node, so its nodes take each other for failed only after
+// Redis's default 15 s of silence, not the 1 s of StartCluster's default: on a
+// loaded machine a node can be busy for a second, and a failover started by
+// that would answer CLUSTERDOWN to whatever test runs then.
 func MustStartClusterMain() (*Cluster, func()) {
 	dir, err := os.MkdirTemp("", "baton-cluster-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	c, err := StartClusterIn(dir, ClusterConfig{})
+	c, err := StartClusterIn(dir, ClusterConfig{NodeTimeout: 15 * time.Second})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		_ = os.RemoveAll(dir)

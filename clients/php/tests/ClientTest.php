@@ -117,7 +117,7 @@ final class ClientTest extends BatonTestCase
             self::assertStringContainsString("acquire \"$name\": 423 lock-held", $e->getMessage());
             self::assertStringContainsString('held by "holder-1"', $e->getMessage());
         }
-        self::assertLessThan(1.0, microtime(true) - $start, 'wait 0 answers at once');
+        self::assertLessThan(4.0, microtime(true) - $start, 'wait 0 answers at once, not when the 5 s hold ends');
     }
 
     public function testAcquireWaitsForTheHolderToGo(): void
@@ -126,11 +126,11 @@ final class ClientTest extends BatonTestCase
         $name = $this->name();
         $first = $c->acquire($name, ttl: 0.4, wait: 0.0);
         $start = microtime(true);
-        $second = $c->acquire($name, ttl: 5.0, wait: 5.0);
+        $second = $c->acquire($name, ttl: 5.0, wait: 20.0);
         $took = microtime(true) - $start;
         self::assertGreaterThan($first->fence, $second->fence);
         self::assertGreaterThan(0.2, $took, 'granted only when the first lease ran out');
-        self::assertLessThan(2.0, $took);
+        self::assertLessThan(10.0, $took, 'granted when it ran out, not when the wait did');
         $second->release();
     }
 
@@ -142,14 +142,16 @@ final class ClientTest extends BatonTestCase
         $lease = $c->acquire($name, wait: 5.0);
         self::assertTrue($lease->release());
 
-        $c->acquire($name, ttl: 3.0, wait: 0.0);
+        $c->acquire($name, ttl: 10.0, wait: 0.0);
         $start = microtime(true);
         try {
             $c->acquire($name, wait: 1.0);
             self::fail('acquired a held lock');
         } catch (LockHeldException) {
         }
-        self::assertEqualsWithDelta(1.0, microtime(true) - $start, 0.4, 'gave up when the wait ran out');
+        $took = microtime(true) - $start;
+        self::assertGreaterThan(0.6, $took, 'waited');
+        self::assertLessThan(5.0, $took, 'gave up when the wait ran out, not when the 10 s hold did');
     }
 
     public function testFairWaitIsGrantedInTurn(): void
@@ -193,7 +195,7 @@ final class ClientTest extends BatonTestCase
 
         $later = (new Client())->ticket($ticket->url); // another request, with the URL kept
         $holder->release();
-        $lease = $later->poll(2.0);
+        $lease = $later->poll(10.0);
         self::assertInstanceOf(Lease::class, $lease);
         self::assertSame($name, $lease->name);
         self::assertSame($lease->url, $later->poll()?->url, 'a later poll gets the same lease');
@@ -306,9 +308,9 @@ final class ClientTest extends BatonTestCase
         $name = $this->name();
         $lease = $c->acquire($name, ttl: 0.5, wait: 0.0);
         $start = microtime(true);
-        $state = $c->state($name, wait: 5.0);
+        $state = $c->state($name, wait: 20.0);
         self::assertFalse($state['held']);
-        self::assertLessThan(2.0, microtime(true) - $start);
+        self::assertLessThan(10.0, microtime(true) - $start, 'answered when the lease ran out, not when the wait did');
         self::assertSame($lease->fence, $state['fence']);
     }
 
@@ -351,9 +353,12 @@ final class ClientTest extends BatonTestCase
     {
         $c = new Client();
         foreach ([[0.25, 250], [1.0, 1000], [2.5004, 2500], [0.1006, 101]] as [$seconds, $ms]) {
+            $start = microtime(true);
             $lease = $c->acquire($this->name(), ttl: $seconds, wait: 0.0);
-            self::assertLessThanOrEqual($ms, (int) round($lease->ttl() * 1000));
-            self::assertGreaterThan($ms - 100, (int) round($lease->ttl() * 1000));
+            $left = (int) round($lease->ttl() * 1000);
+            $since = (int) ceil((microtime(true) - $start) * 1000); // the lease's time runs meanwhile
+            self::assertLessThanOrEqual($ms, $left);
+            self::assertGreaterThan($ms - 100 - $since, $left);
             $lease->release();
         }
     }

@@ -8,6 +8,7 @@ use Baton\Client;
 use Baton\Exception\ConnectionException;
 use Baton\Exception\ForbiddenException;
 use Baton\Exception\LeaseLostException;
+use Baton\Exception\OverloadedException;
 use Baton\Exception\UnauthorizedException;
 use Baton\Exception\UnavailableException;
 use Baton\Tests\Support\BatonTestCase;
@@ -42,7 +43,7 @@ final class TroubleTest extends BatonTestCase
         }
         $took = microtime(true) - $start;
         self::assertGreaterThan(0.45, $took, 'tried for the whole budget');
-        self::assertLessThan(3.0, $took);
+        self::assertLessThan(5.0, $took, 'and for its own budget, not the default 10 s');
     }
 
     public function testAServerRestartingIsRiddenOut(): void
@@ -59,10 +60,17 @@ final class TroubleTest extends BatonTestCase
         self::assertTrue($lease->release());
     }
 
-    public function testA503WithRetryAfterIsRetriedAfterIt(): void
+    /** @return array<string, array{string}> */
+    public static function unavailableKinds(): array
+    {
+        return ['store-unavailable' => ['store-unavailable'], 'overloaded' => ['overloaded']];
+    }
+
+    /** @dataProvider unavailableKinds */
+    public function testA503WithRetryAfterIsRetriedAfterIt(string $kind): void
     {
         $name = $this->name();
-        $this->proxy('status', ['code' => 503, 'n' => 1, 'path' => "/v1/locks/$name", 'retry_after' => 1]);
+        $this->proxy('status', ['code' => 503, 'n' => 1, 'path' => "/v1/locks/$name", 'retry_after' => 1, 'type' => $kind]);
         $start = microtime(true);
         $lease = $this->viaProxy()->acquire($name, wait: 0.0);
         self::assertGreaterThanOrEqual(0.95, microtime(true) - $start, 'waited Retry-After');
@@ -70,14 +78,15 @@ final class TroubleTest extends BatonTestCase
         self::assertTrue($lease->release());
 
         // One that stays 503 beyond the budget is an UnavailableException.
-        $this->proxy('status', ['code' => 503, 'n' => 50, 'path' => "/v1/locks/$name", 'retry_after' => 1]);
+        $this->proxy('status', ['code' => 503, 'n' => 50, 'path' => "/v1/locks/$name", 'retry_after' => 1, 'type' => $kind]);
         try {
             $this->viaProxy(retryFor: 1.5)->acquire($name, wait: 0.0);
             self::fail('acquired through a 503');
         } catch (UnavailableException $e) {
             self::assertSame(503, $e->status);
-            self::assertSame('/problems/store-unavailable', $e->type);
+            self::assertSame("/problems/$kind", $e->type);
             self::assertSame(1.0, $e->retryAfter);
+            self::assertSame($kind === 'overloaded', $e instanceof OverloadedException);
         }
     }
 
@@ -211,7 +220,7 @@ final class TroubleTest extends BatonTestCase
         $took = microtime(true) - $start;
         self::assertGreaterThan($holder->fence, $lease->fence);
         self::assertGreaterThan(0.9, $took);
-        self::assertLessThan(4.0, $took);
+        self::assertLessThan(8.0, $took, 'granted when the hold ran out, not when the 10 s wait did');
         self::assertGreaterThanOrEqual(3, $this->seen("/v1/locks/$name"), 'polled again after each 504');
         $lease->release();
 

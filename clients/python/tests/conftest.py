@@ -57,9 +57,17 @@ class Proxy:
         """Matching requests not answered within ms get a 504, as from nginx."""
         self._ctl("timeout", ms=ms, path=path, n=n)
 
-    def status(self, code: int, n: int = 1, path: Optional[str] = None, retry_after: Optional[int] = None) -> None:
-        """The next n matching requests are answered code without reaching Baton."""
-        self._ctl("status", code=code, n=n, path=path, retry_after=retry_after)
+    def status(
+        self,
+        code: int,
+        n: int = 1,
+        path: Optional[str] = None,
+        retry_after: Optional[int] = None,
+        kind: Optional[str] = None,
+    ) -> None:
+        """The next n matching requests are answered code without reaching Baton
+        (a problem of type /problems/<kind>, store-unavailable by default)."""
+        self._ctl("status", code=code, n=n, path=path, retry_after=retry_after, type=kind)
 
     def down(self, on: bool) -> None:
         self._ctl("down", on=1 if on else 0)

@@ -53,7 +53,7 @@ def test_giving_up_deletes_the_ticket(via_proxy: Client, proxy: Proxy, name: str
     started = time.monotonic()
     with pytest.raises(LockHeld) as info:
         via_proxy.acquire(name, wait=0.5, fair=True)
-    assert 0.45 < time.monotonic() - started < 3.0
+    assert 0.45 < time.monotonic() - started < 8.0  # its own wait, not the 10 s hold
     assert info.value.lock == name and "queue" in str(info.value)
     # Gone at once, not after ticket_ttl_ms: the queue does not wait for a ghost.
     assert waiters(via_proxy, name) == 0

@@ -40,7 +40,7 @@ def test_a_held_lock_is_refused_with_who_holds_it(client: Client, name: str) -> 
     started = time.monotonic()
     with pytest.raises(LockHeld) as info:
         client.acquire(name)  # wait=0: at once
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < 4.0  # not when the 5 s hold ends
     err = info.value
     assert isinstance(err, BatonError)
     assert err.status == 423 and err.type == "/problems/lock-held"
@@ -55,8 +55,8 @@ def test_waiting_for_a_lock_until_its_release(client: Client, name: str) -> None
     holder = client.acquire(name, ttl=10.0)
     threading.Timer(0.3, holder.release).start()
     started = time.monotonic()
-    lease = client.acquire(name, wait=5.0)
-    assert 0.2 < time.monotonic() - started < 3.0
+    lease = client.acquire(name, wait=20.0)
+    assert 0.2 < time.monotonic() - started < 10.0  # at the release, not the wait's end
     assert lease.fence > holder.fence
     lease.release()
 
@@ -66,7 +66,7 @@ def test_waiting_runs_out(client: Client, name: str) -> None:
     started = time.monotonic()
     with pytest.raises(LockHeld):
         client.acquire(name, wait=0.4)
-    assert 0.35 < time.monotonic() - started < 2.0
+    assert 0.35 < time.monotonic() - started < 8.0  # its own wait, not the 10 s hold
     holder.release()
 
 

@@ -90,12 +90,13 @@ def test_renewal_never_touches_a_later_hold_of_the_same_lock(
     fourth.release()
 
 
+@pytest.mark.parametrize("kind", ["store-unavailable", "overloaded"])
 def test_passing_failures_are_retried_while_the_lease_lasts(
-    via_proxy: Client, proxy: Proxy, name: str
+    via_proxy: Client, proxy: Proxy, name: str, kind: str
 ) -> None:
     with via_proxy.lock(name, ttl=3.0) as lease:
         # 503, 503, 503, an answer lost, then through: five renewal requests.
-        proxy.status(503, n=3, path=lease.path)
+        proxy.status(503, n=3, path=lease.path, kind=kind)
         proxy.cut(n=1, path=lease.path, method="PATCH")
         wait_until(lambda: proxy.count(lease.path) >= 5, 5.0, "the renewals to get through")
         assert not lease.lost
@@ -114,8 +115,8 @@ def test_a_lease_that_runs_out_while_renewals_fail_is_lost(via_proxy: Client, pr
     lease = via_proxy.acquire(name, ttl=0.6, auto_renew=True)
     proxy.down(True)
     started = time.monotonic()
-    assert lease.lost_event.wait(3.0)
-    assert time.monotonic() - started < 1.0  # no later than the lease's end
+    assert lease.lost_event.wait(10.0)
+    assert time.monotonic() - started < 3.0  # at the lease's end (0.6 s), not a request's timeout
     assert "ran out" in lease.lost_reason
     proxy.down(False)
     # The client counts from before the server did: it is never late.

@@ -11,7 +11,7 @@ from typing import Any, List
 
 import pytest
 
-from baton import BatonError, Client, LockHeld, Unavailable
+from baton import BatonError, Client, LockHeld, Overloaded, Unavailable
 from conftest import FakeServer, Proxy, wait_until
 
 
@@ -27,7 +27,7 @@ def test_no_server_is_a_typed_error_after_bounded_retries(full_key: str, name: s
     with pytest.raises(Unavailable) as info:
         c.acquire(name)
     took = time.monotonic() - started
-    assert 0.1 < took < 3.0  # three backoffs, bounded
+    assert 0.1 < took < 10.0  # three backoffs, bounded
     err = info.value
     assert err.status == 0 and err.kind == "unreachable" and err.lock == name
     assert "(4 attempts)" in str(err) and "refused" in str(err).lower()
@@ -80,9 +80,10 @@ def test_a_server_restart_is_ridden_out(client: Client, name: str) -> None:
     lease.release()
 
 
-def test_a_503_with_retry_after_is_retried(via_proxy: Client, proxy: Proxy, name: str) -> None:
+@pytest.mark.parametrize("kind", ["store-unavailable", "overloaded"])
+def test_a_503_with_retry_after_is_retried(via_proxy: Client, proxy: Proxy, name: str, kind: str) -> None:
     path = "/v1/locks/%s" % name
-    proxy.status(503, n=1, path=path, retry_after=1)
+    proxy.status(503, n=1, path=path, retry_after=1, kind=kind)
     started = time.monotonic()
     lease = via_proxy.acquire(name)
     assert time.monotonic() - started >= 0.95  # Retry-After honoured
@@ -91,16 +92,18 @@ def test_a_503_with_retry_after_is_retried(via_proxy: Client, proxy: Proxy, name
     lease.release()
 
 
+@pytest.mark.parametrize("kind", ["store-unavailable", "overloaded"])
 def test_503s_past_the_retries_are_unavailable_with_retry_after(
-    proxy: Proxy, full_key: str, name: str
+    proxy: Proxy, full_key: str, name: str, kind: str
 ) -> None:
     c = Client(proxy.url, full_key, retries=1)
     path = "/v1/locks/%s" % name
-    proxy.status(503, n=5, path=path, retry_after=1)
+    proxy.status(503, n=5, path=path, retry_after=1, kind=kind)
     with pytest.raises(Unavailable) as info:
         c.acquire(name)
     err = info.value
-    assert err.status == 503 and err.type == "/problems/store-unavailable" and err.retry_after == 1.0
+    assert err.status == 503 and err.type == "/problems/" + kind and err.retry_after == 1.0
+    assert isinstance(err, Overloaded) == (kind == "overloaded")
     assert proxy.count(path) == 2
 
 
@@ -168,12 +171,12 @@ def test_a_session_post_whose_answer_is_lost(via_proxy: Client, proxy: Proxy, na
 
 
 def test_every_call_has_a_timeout(fake: FakeServer) -> None:
-    fake.script = [("sleep", 2.0)]
+    fake.script = [("sleep", 10.0)]
     c = Client(fake.url, timeout=0.3, retries=0)
     started = time.monotonic()
     with pytest.raises(Unavailable) as info:
         c.state("x")
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 5.0  # its timeout, not the server's 10 s
     assert isinstance(info.value.__cause__, (socket.timeout, TimeoutError))
 
 
@@ -182,8 +185,8 @@ def test_a_long_poll_gets_its_wait_on_top_of_the_timeout(proxy: Proxy, full_key:
     holder = c.acquire(name, ttl=10.0)
     threading.Timer(1.0, holder.release).start()
     started = time.monotonic()
-    lease = c.acquire(name, wait=5.0)  # blocks on the server for a second, twice the timeout
-    assert 0.9 < time.monotonic() - started < 4.0
+    lease = c.acquire(name, wait=20.0)  # blocks on the server for a second, twice the timeout
+    assert 0.9 < time.monotonic() - started < 10.0  # at the release, not the wait's end
     lease.release()
     state = c.state(name, wait=0.8, fence=lease.fence)  # a watch: no change, waits it out
     assert state["held"] is False

@@ -11,6 +11,7 @@ use Baton\Exception\InvalidRequestException;
 use Baton\Exception\LeaseLostException;
 use Baton\Exception\LimitMismatchException;
 use Baton\Exception\LockHeldException;
+use Baton\Exception\OverloadedException;
 use Baton\Exception\RateLimitedException;
 use Baton\Exception\SessionNotFoundException;
 use Baton\Exception\TicketGoneException;
@@ -45,6 +46,7 @@ final class Problems
         'rate-limited' => RateLimitedException::class,
         'too-many-waiters' => RateLimitedException::class,
         'store-unavailable' => UnavailableException::class,
+        'overloaded' => OverloadedException::class,
     ];
 
     /** @var array<int, class-string<BatonException>> for answers without a problem body (proxies) */

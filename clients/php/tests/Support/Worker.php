@@ -34,8 +34,16 @@ final class Worker
         Assert::assertIsResource($proc, 'start a worker');
         $this->proc = $proc;
         $this->pipes = $pipes;
-        fclose($pipes[0]);
         stream_set_blocking($pipes[2], false);
+    }
+
+    /**
+     * Tells a worker holding a lock "until told" to go on.
+     */
+    public function tell(): void
+    {
+        fwrite($this->pipes[0], "go\n");
+        fflush($this->pipes[0]);
     }
 
     /**
@@ -64,6 +72,7 @@ final class Worker
      */
     public function wait(): int
     {
+        fclose($this->pipes[0]);
         $rest = stream_get_contents($this->pipes[1]);
         $this->drain();
         stream_set_blocking($this->pipes[2], true);

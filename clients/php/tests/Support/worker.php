@@ -26,6 +26,28 @@ $say = static function (string $line): void {
 };
 
 $client = new Client();
+
+// holdFor waits as its HOLD argument says: SECONDS; "told", until the test
+// tells it to go on (a line on stdin, Worker::tell); "waited", until the lock
+// (its name in Baton) has a waiter queued, so that the waiter is known to
+// wait for this hold (exit 4 after 30 s without one).
+$holdFor = static function (string $lock) use ($argv, $client): void {
+    switch ($argv[3] ?? '') {
+        case 'told':
+            fgets(STDIN);
+            return;
+        case 'waited':
+            for ($until = microtime(true) + 30.0; ($client->state($lock)['waiters'] ?? 0) < 1; usleep(10_000)) {
+                if (microtime(true) > $until) {
+                    fwrite(STDERR, "nobody queued for $lock within 30 s\n");
+                    exit(4);
+                }
+            }
+            return;
+    }
+    usleep((int) ((float) $argv[3] * 1e6));
+};
+
 switch ($action) {
     case 'hold': // hold NAME SECONDS [shared]: take the lock, hold it SECONDS, release it
         $lease = $client->acquire($name, ttl: 30.0, wait: 10.0, shared: ($argv[4] ?? '') === 'shared');
@@ -42,12 +64,12 @@ switch ($action) {
         $say('up');
         break;
 
-    case 'store-save': // store-save RESOURCE SECONDS: BatonStore::save, hold SECONDS, delete
+    case 'store-save': // store-save RESOURCE HOLD: BatonStore::save, hold (see $holdFor), delete
         $store = new BatonStore($client, 30.0);
         $key = new Key($name);
         $store->save($key);
         $say('saved');
-        usleep((int) ($seconds * 1e6));
+        $holdFor($store->name($key));
         $store->delete($key);
         $say('deleted');
         break;
@@ -77,11 +99,12 @@ switch ($action) {
         $store->delete($key);
         break;
 
-    case 'factory-hold': // factory-hold RESOURCE SECONDS [read]: a LockFactory lock, held SECONDS
-        $lock = (new LockFactory(new BatonStore($client, 30.0)))->createLock($name);
+    case 'factory-hold': // factory-hold RESOURCE HOLD [read]: a LockFactory lock, held (see $holdFor)
+        $store = new BatonStore($client, 30.0);
+        $lock = (new LockFactory($store))->createLock($name);
         ($argv[4] ?? '') === 'read' ? $lock->acquireRead() : $lock->acquire();
         $say('acquired');
-        usleep((int) ($seconds * 1e6));
+        $holdFor($store->name(new Key($name)));
         $lock->release();
         $say('released');
         break;

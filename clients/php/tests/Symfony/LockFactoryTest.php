@@ -80,24 +80,24 @@ final class LockFactoryTest extends BatonTestCase
     public function testBlocking(): void
     {
         $resource = $this->name();
-        $worker = $this->worker(['factory-hold', $resource, '0.5']);
+        // The other process releases only once this one's blocking acquire
+        // waits in the queue (it exits 4 if none ever does).
+        $worker = $this->worker(['factory-hold', $resource, 'waited']);
         $worker->expect('acquired');
         $lock = $this->factory->createLock($resource);
         self::assertFalse($lock->acquire());
-        $start = microtime(true);
         self::assertTrue($lock->acquire(true));
-        self::assertGreaterThan(0.2, microtime(true) - $start, 'blocked until the other process released');
         $worker->expect('released');
-        self::assertSame(0, $worker->wait());
+        self::assertSame(0, $worker->wait(), 'blocked until the other process released');
 
         // A blocking read waits for a writer, and readers do not wait for each other.
-        $writer = $this->worker(['factory-hold', $resource, '0.5']);
+        $writer = $this->worker(['factory-hold', $resource, 'waited']);
         $lock->release();
         $writer->expect('acquired');
         $reader = $this->factory->createLock($resource);
         self::assertTrue($reader->acquireRead(true));
         $writer->expect('released');
-        self::assertSame(0, $writer->wait());
+        self::assertSame(0, $writer->wait(), 'the read waited for the writer');
         $otherReader = $this->worker(['factory-hold', $resource, '0', 'read']);
         $otherReader->expect('acquired');
         $otherReader->expect('released');

@@ -23,6 +23,7 @@ from ._errors import (
     LeaseLost,
     LimitMismatch,
     LockHeld,
+    Overloaded,
     SessionLost,
     TicketGone,
     TooManyRequests,
@@ -57,4 +58,5 @@ __all__ = [
     "InvalidRequest",
     "TooManyRequests",
     "Unavailable",
+    "Overloaded",
 ]

@@ -324,8 +324,12 @@ class Client:
                     took = time.monotonic() - since
                     if exc.status in (502, 504) and took >= 0.1:
                         # A proxy in front gave up on the poll after `took`: the
-                        # server is there; poll again at once, and for less.
-                        longest = max(0.1, min(longest, took * 0.8))
+                        # server is there; poll again at once, and for less: less
+                        # than the proxy waited, and less than the poll it cut (a
+                        # loaded server or proxy can take a fifth of a short poll
+                        # on top of it, and a poll cut again must not be asked
+                        # for as long again).
+                        longest = max(0.1, min(longest, piece, took) * 0.8)
                         failures = 0
                         log.debug("baton: a proxy cut a ticket poll for %r after %.2fs", name, took)
                         continue

@@ -29,6 +29,7 @@ __all__ = [
     "InvalidRequest",
     "TooManyRequests",
     "Unavailable",
+    "Overloaded",
 ]
 
 # RFC 9457: a problem without a type is "about:blank"; so is an answer that is
@@ -191,9 +192,15 @@ class TooManyRequests(BatonError):
 
 
 class Unavailable(BatonError):
-    """Baton could not serve the call: ``503 store-unavailable``, a ``502`` or
-    ``504`` from a proxy in front of it, or no answer at all (``status`` 0:
-    connection refused, reset or timed out), after the client's retries."""
+    """Baton could not serve the call: ``503 store-unavailable`` or
+    ``overloaded``, a ``502`` or ``504`` from a proxy in front of it, or no
+    answer at all (``status`` 0: connection refused, reset or timed out), after
+    the client's retries."""
+
+
+class Overloaded(Unavailable):
+    """``503 overloaded``: Redis answers, but the server has more calls to it
+    waiting than its bounds allow, and did nothing; retried as any ``503``."""
 
 
 _BY_KIND: Dict[str, Type[BatonError]] = {
@@ -211,6 +218,7 @@ _BY_KIND: Dict[str, Type[BatonError]] = {
     "rate-limited": TooManyRequests,
     "too-many-waiters": TooManyRequests,
     "store-unavailable": Unavailable,
+    "overloaded": Overloaded,
 }
 
 # Used when an answer is not a problem document (a proxy's page, say).

@@ -19,14 +19,15 @@ trait BlockingStoreTestTrait
     {
         $resource = $this->resource();
 
-        // #1 holds the lock a while, #2 blocks in waitAndSave() meanwhile, and
-        // #3 tries save() meanwhile, which must fail (exit 3).
-        $first = $this->worker(['store-save', $resource, '0.8']);
+        // #1 holds the lock until told, #2 blocks in waitAndSave() meanwhile,
+        // and #3 tries save() meanwhile, which must fail (exit 3).
+        $first = $this->worker(['store-save', $resource, 'told']);
         $first->expect('saved');
         $second = $this->worker(['store-wait', $resource]);
         $second->expect('waiting');
         $third = $this->worker(['store-try', $resource]);
         $third->expect('busy');
+        $first->tell();
         $first->expect('deleted');
         $second->expect('saved');
 
