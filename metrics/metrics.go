@@ -33,8 +33,8 @@ type Metrics struct {
 	CallsQueued      prometheus.Gauge
 	QueueWait        prometheus.Histogram
 	Overloaded       *prometheus.CounterVec // reason
-	Conns            prometheus.Gauge // open client connections
-	ConnsMax         prometheus.Gauge // BATON_MAX_CONNS
+	Conns            prometheus.Gauge       // open client connections
+	ConnsMax         prometheus.Gauge       // BATON_MAX_CONNS
 	ConnsRefused     prometheus.Counter
 
 	redisDown atomic.Pointer[func() bool] // RedisDown's probe
