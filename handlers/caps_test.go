@@ -112,7 +112,7 @@ func testKeyAtItsHoldCap(t *testing.T, cluster bool) {
 // session renewed) counts on past the deadline it was made with.
 func TestKeyHoldCountFollowsExpiryAndRenewal(t *testing.T) {
 	k := newCapKeys()
-	e := newEnv(t, envOptions{Keys: k.file("    max_holds: 2\n    max_sessions: 1\n")})
+	e := newEnv(t, envOptions{Keys: k.file("    max_holds: 2\n    max_sessions: 2\n")})
 	short := e.post(k.capped, "/v1/locks/short", map[string]any{"ttl_ms": 300})
 	wantStatus(t, short, http.StatusCreated, "")
 	renewed := e.post(k.capped, "/v1/locks/renewed", map[string]any{"ttl_ms": 300})
@@ -129,16 +129,22 @@ func TestKeyHoldCountFollowsExpiryAndRenewal(t *testing.T) {
 	})
 	wantCapped(t, e.post(k.capped, "/v1/locks/y", map[string]any{}))
 
-	// A session renewed keeps itself and its holds counted.
+	// A session renewed keeps itself and its holds counted past the deadline
+	// it was made with: once a session made after it with the same life has
+	// run out (its place is free again), the renewed one still counts.
 	wantStatus(t, e.do(req{Method: "DELETE", Path: renewed.Str("url"), Header: bearer(k.capped)}), http.StatusOK, "")
 	sess := e.post(k.capped, "/v1/sessions", map[string]any{"ttl_ms": 500})
 	wantStatus(t, sess, http.StatusCreated, "")
+	wantStatus(t, e.post(k.capped, "/v1/sessions", map[string]any{"ttl_ms": 500}), http.StatusCreated, "")
 	wantStatus(t, e.post(k.capped, "/v1/locks/in-session", map[string]any{"session": sess.Str("session")}), http.StatusCreated, "")
 	wantStatus(t, e.do(req{Method: "PATCH", Path: sess.Str("url"), Body: map[string]any{"ttl_ms": 60000}, Header: bearer(k.capped)}),
 		http.StatusOK, "")
-	time.Sleep(3 * time.Second) // past the first deadline (500 ms), and the slack its count may have (2 s)
+	pollUntil(t, 10*time.Second, "a session that ran out leaves the count", func() bool {
+		time.Sleep(50 * time.Millisecond)
+		return e.post(k.capped, "/v1/sessions", map[string]any{}).Status == http.StatusCreated
+	})
 	wantCapped(t, e.post(k.capped, "/v1/locks/z", map[string]any{}), "2 live holds")
-	wantCapped(t, e.post(k.capped, "/v1/sessions", map[string]any{}), "1 live sessions", "max_sessions")
+	wantCapped(t, e.post(k.capped, "/v1/sessions", map[string]any{}), "2 live sessions", "max_sessions")
 }
 
 // A request that waits for a lock holds its place among its key's holds
