@@ -117,9 +117,10 @@ func (s *Store) capNow(ctx context.Context, key string) (int64, error) {
 }
 
 // capsExec sends fn's commands to the principal's slot (key is any of its
-// sets) in one round trip, in a turn on a connection (admission.go): as one
-// MULTI/EXEC with tx (an admission: no other admission between its count and
-// its add). The call does not end when the request's client goes away.
+// sets) in one round trip, in a turn on a connection (admission.go; a wait
+// for it past the queue's bounds is ErrOverloaded): as one MULTI/EXEC with tx
+// (an admission: no other admission between its count and its add). The call
+// does not end when the request's client goes away.
 func (s *Store) capsExec(ctx context.Context, key string, tx bool, fn func(p redis.Pipeliner)) error {
 	s.gate.RLock()
 	defer s.gate.RUnlock()
@@ -129,12 +130,13 @@ func (s *Store) capsExec(ctx context.Context, key string, tx bool, fn func(p red
 	if s.opt.Gate.Down() {
 		return fmt.Errorf("caps: %w: redis is down (health gate)", ErrUnavailable)
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), capCallTimeout)
-	defer cancel()
+	ctx = context.WithoutCancel(ctx)
 	t := s.turnsFor(key)
-	if err := t.enter(ctx); err != nil {
+	if err := t.enter(ctx); err != nil { // bounded by the queue's own bounds
 		return fmt.Errorf("caps: %w", err)
 	}
+	ctx, cancel := context.WithTimeout(ctx, capCallTimeout)
+	defer cancel()
 	f := func(p redis.Pipeliner) error { fn(p); return nil }
 	var err error
 	if tx {
