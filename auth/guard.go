@@ -46,6 +46,13 @@ type Config struct {
 	// (BATON_KEY_MAX_WAITERS), so that no key can take every long-poll a
 	// process allows (BATON_MAX_WAITERS) from the others; 0: no limit.
 	KeyMaxWaiters int
+	// KeyCaps are the caps on live objects of a key that sets none of its own
+	// (BATON_KEY_MAX_HOLDS, BATON_KEY_MAX_TICKETS, BATON_KEY_MAX_SESSIONS);
+	// 0: none.
+	KeyCaps Caps
+	// BuiltinCaps are the caps of protected and off mode's principal, which
+	// every client of those modes shares; 0: none.
+	BuiltinCaps Caps
 }
 
 // Guard authenticates requests in one of the three modes. It is safe for
@@ -53,13 +60,16 @@ type Config struct {
 type Guard struct {
 	mode       Mode
 	file       string
-	keyWaiters int // Config.KeyMaxWaiters
-	log        zerolog.Logger
-	errs       Counter
-	ring       atomic.Pointer[keyring]
-	mu         sync.Mutex // serialises reloads
-	lastSig    fileSig    // the file as the last reload found it; under mu
-	pending    *fileSig   // a change Watch saw, loaded if the next look sees it too; under mu
+	keyWaiters int  // Config.KeyMaxWaiters
+	keyCaps    Caps // Config.KeyCaps
+	// loopback and anyone are the built-in principals with Config.BuiltinCaps.
+	loopback, anyone *Principal
+	log              zerolog.Logger
+	errs             Counter
+	ring             atomic.Pointer[keyring]
+	mu               sync.Mutex // serialises reloads
+	lastSig          fileSig    // the file as the last reload found it; under mu
+	pending          *fileSig   // a change Watch saw, loaded if the next look sees it too; under mu
 }
 
 // NewGuard returns a Guard for c, having read the keys file when there is one,
@@ -68,7 +78,8 @@ type Guard struct {
 // the keys file's errors (as ReadKeys) when it cannot be used: at start a bad
 // file is fatal.
 func NewGuard(c Config) (*Guard, error) {
-	g := &Guard{file: c.File, log: c.Logger, errs: c.ReloadErrors, keyWaiters: max(0, c.KeyMaxWaiters)}
+	g := &Guard{file: c.File, log: c.Logger, errs: c.ReloadErrors, keyWaiters: max(0, c.KeyMaxWaiters), keyCaps: c.KeyCaps,
+		loopback: loopback.withCaps(c.BuiltinCaps), anyone: anyone.withCaps(c.BuiltinCaps)}
 	switch {
 	case c.Auth != "" && c.Auth != "off":
 		return nil, fmt.Errorf("BATON_AUTH=%q: the only value is off (leave it unset to use BATON_AUTH_FILE or protected mode)", c.Auth)
@@ -112,7 +123,7 @@ func (g *Guard) Mode() Mode { return g.mode }
 func (g *Guard) Authenticate(r *http.Request) (*Principal, error) {
 	switch g.mode {
 	case ModeOff:
-		return anyone, nil
+		return g.anyone, nil
 	case ModeProtected:
 		if !IsLoopback(r.RemoteAddr) {
 			return nil, ErrNotLoopback
@@ -120,7 +131,7 @@ func (g *Guard) Authenticate(r *http.Request) (*Principal, error) {
 		if err := checkProtected(r); err != nil {
 			return nil, err
 		}
-		return loopback, nil
+		return g.loopback, nil
 	}
 	ring := g.ring.Load()
 	vals := r.Header.Values("Authorization")

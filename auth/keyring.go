@@ -29,8 +29,8 @@ var decoy = &entry{}
 
 // newKeyring builds the lookups for keys, carrying over the runtime state of
 // every name old (nil at start) also has. A key without max_waiters gets
-// defWaiters (0: none).
-func newKeyring(keys []Key, old *keyring, defWaiters int) *keyring {
+// defWaiters (0: none), and each cap it leaves out defCaps's.
+func newKeyring(keys []Key, old *keyring, defWaiters int, defCaps Caps) *keyring {
 	ring := &keyring{
 		keys:   keys,
 		byHash: make(map[[sha256.Size]byte]*entry, len(keys)),
@@ -49,7 +49,7 @@ func newKeyring(keys []Key, old *keyring, defWaiters int) *keyring {
 		if byDefault {
 			k.MaxWaiters = defWaiters
 		}
-		p := newPrincipal(k, rt)
+		p := newPrincipal(k, rt, defCaps)
 		p.waitersByDefault = byDefault
 		ring.byName[k.Name] = p
 		if k.CertCN != "" {

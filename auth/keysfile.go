@@ -23,7 +23,10 @@ type Key struct {
 	Allow      []Grant // at least one
 	RatePerS   float64 // requests per second per process; 0: no limit
 	MaxWaiters int     // long-polls at once per process; 0: no limit
-	Line       int     // where the entry starts in its file
+	// MaxHolds, MaxTickets and MaxSessions cap the key's live objects in
+	// Redis (Caps); 0: the server's default.
+	MaxHolds, MaxTickets, MaxSessions int
+	Line                              int // where the entry starts in its file
 }
 
 // Grant is one allow entry: actions on the lock names a glob matches.

@@ -84,5 +84,34 @@ func (p *Principal) ReleaseWaiter() { p.rt.waiters.Add(-1) }
 // key's own max_waiters.
 func (p *Principal) MaxWaiters() (n int, byDefault bool) { return p.maxWaiters, p.waitersByDefault }
 
+// Caps are a principal's caps on live objects: how many holds, tickets and
+// sessions it may have in Redis at once, all Baton processes together (the
+// store counts them where they live); 0: none.
+type Caps struct {
+	Holds, Tickets, Sessions int
+}
+
+// or is c with each cap it leaves at 0 taken from def.
+func (c Caps) or(def Caps) Caps {
+	pick := func(a, b int) int {
+		if a > 0 {
+			return a
+		}
+		return b
+	}
+	return Caps{Holds: pick(c.Holds, def.Holds), Tickets: pick(c.Tickets, def.Tickets), Sessions: pick(c.Sessions, def.Sessions)}
+}
+
+// Caps returns the principal's caps on live objects in force: a key's own
+// max_holds, max_tickets and max_sessions, each it leaves out the server's
+// default (Config.KeyCaps); the built-in principals' are Config.BuiltinCaps,
+// none unless set.
+func (p *Principal) Caps() Caps { return p.caps }
+
+// OwnCaps returns the caps a key's entry sets itself (0 for each it leaves
+// to the server's default, and for the built-in principals): where each cap
+// of Caps comes from.
+func (p *Principal) OwnCaps() Caps { return p.ownCaps }
+
 // Waiters returns how many long-polls the principal has in this process now.
 func (p *Principal) Waiters() int { return int(p.rt.waiters.Load()) }

@@ -1,6 +1,8 @@
 package auth
 
 import (
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,7 +22,7 @@ func TestAllow(t *testing.T) {
 		{give: 0.4, wantBurst: 1, wantAfter: 3 * time.Second}, // 2.5 s, rounded up
 	}
 	for _, tt := range tests {
-		p := newPrincipal(Key{Name: "k", RatePerS: tt.give}, newRuntime())
+		p := newPrincipal(Key{Name: "k", RatePerS: tt.give}, newRuntime(), Caps{})
 		for i := range tt.wantBurst {
 			if ok, _ := p.Allow(); !ok {
 				t.Fatalf("rate %v: request %d of the burst refused", tt.give, i+1)
@@ -31,7 +33,7 @@ func TestAllow(t *testing.T) {
 			t.Errorf("rate %v: after the burst Allow = %v, %v; want false and whole seconds up to %v", tt.give, ok, after, tt.wantAfter)
 		}
 	}
-	unlimited := newPrincipal(Key{Name: "u"}, newRuntime())
+	unlimited := newPrincipal(Key{Name: "u"}, newRuntime(), Caps{})
 	for range 10000 {
 		if ok, _ := unlimited.Allow(); !ok {
 			t.Fatal("a principal without rate_per_s was refused")
@@ -40,8 +42,8 @@ func TestAllow(t *testing.T) {
 }
 
 func TestAllowPerPrincipal(t *testing.T) {
-	a := newPrincipal(Key{Name: "a", RatePerS: 1}, newRuntime())
-	b := newPrincipal(Key{Name: "b", RatePerS: 1}, newRuntime())
+	a := newPrincipal(Key{Name: "a", RatePerS: 1}, newRuntime(), Caps{})
+	b := newPrincipal(Key{Name: "b", RatePerS: 1}, newRuntime(), Caps{})
 	for range 3 {
 		a.Allow()
 	}
@@ -51,7 +53,7 @@ func TestAllowPerPrincipal(t *testing.T) {
 }
 
 func TestWaiters(t *testing.T) {
-	p := newPrincipal(Key{Name: "w", MaxWaiters: 3}, newRuntime())
+	p := newPrincipal(Key{Name: "w", MaxWaiters: 3}, newRuntime(), Caps{})
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	granted := 0
@@ -107,4 +109,67 @@ func TestKeyMaxWaitersDefault(t *testing.T) {
 			t.Errorf("%s has max_waiters %d, want none", p.Name(), n)
 		}
 	}
+}
+
+// A key's caps on live objects are its own max_holds, max_tickets and
+// max_sessions, each it leaves out the Guard's default (kept across a
+// reload); the built-in principals have BuiltinCaps, none unless given.
+func TestKeyCapsDefault(t *testing.T) {
+	path := writeFile(t, t.TempDir(), "keys.yaml", withSums(strings.Replace(goodYAML, "    max_tickets: 50\n", "", 1)))
+	def := Caps{Holds: 10, Tickets: 20, Sessions: 30}
+	g, err := NewGuard(Config{File: path, Logger: zerolog.Nop(), KeyCaps: def})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string) {
+		t.Helper()
+		b := g.Lookup("billing-web")
+		if got, want := b.Caps(), (Caps{Holds: 500, Tickets: 20, Sessions: 5}); got != want {
+			t.Errorf("%s: billing-web's caps %+v, want %+v (its own, the default for max_tickets)", when, got, want)
+		}
+		if got, want := b.OwnCaps(), (Caps{Holds: 500, Sessions: 5}); got != want {
+			t.Errorf("%s: billing-web's own caps %+v, want %+v", when, got, want)
+		}
+		if got := g.Lookup("ops").Caps(); got != def {
+			t.Errorf("%s: ops (no caps of its own) has %+v, want the default %+v", when, got, def)
+		}
+	}
+	check("at start")
+	if err := g.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	check("after a reload")
+
+	builtin := Caps{Holds: 7}
+	for _, c := range []Config{{Logger: zerolog.Nop(), KeyCaps: def}, {Auth: "off", Logger: zerolog.Nop(), KeyCaps: def}} {
+		g, err := NewGuard(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := principalOf(t, g); p.Caps() != (Caps{}) {
+			t.Errorf("%s mode: %s has caps %+v without BuiltinCaps, want none", g.Mode(), p.Name(), p.Caps())
+		}
+		c.BuiltinCaps = builtin
+		if g, err = NewGuard(c); err != nil {
+			t.Fatal(err)
+		}
+		if p := principalOf(t, g); p.Caps() != builtin {
+			t.Errorf("%s mode: %s has caps %+v, want BuiltinCaps %+v", g.Mode(), p.Name(), p.Caps(), builtin)
+		}
+	}
+	if Loopback().Caps() != (Caps{}) || Anyone().Caps() != (Caps{}) {
+		t.Error("a Guard's BuiltinCaps changed the package's built-in principals")
+	}
+}
+
+// principalOf authenticates a loopback request to g.
+func principalOf(t *testing.T, g *Guard) *Principal {
+	t.Helper()
+	r := httptest.NewRequest("POST", "http://localhost/v1/locks/a", nil)
+	r.RemoteAddr = "127.0.0.1:5000"
+	p, err := g.Authenticate(r)
+	if err != nil {
+		t.Fatalf("%s mode: %v", g.Mode(), err)
+	}
+	return p
 }

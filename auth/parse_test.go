@@ -25,6 +25,9 @@ keys:
         actions: [lock, read]
     rate_per_s: 200
     max_waiters: 100
+    max_holds: 500
+    max_tickets: 50
+    max_sessions: 5
   - name: ops
     sha256: SUM_B
     allow:
@@ -41,7 +44,7 @@ const goodJSON = `{
 	"keys": [
 		{"name": "billing-web", "sha256": "SUM_A",
 		 "allow": [{"names": "billing:*", "actions": ["lock", "read"]}],
-		 "rate_per_s": 200, "max_waiters": 100},
+		 "rate_per_s": 200, "max_waiters": 100, "max_holds": 500, "max_tickets": 50, "max_sessions": 5},
 		{"name": "ops", "sha256": "SUM_B",
 		 "allow": [{"names": "*", "actions": ["admin", "metrics"]}]},
 		{"name": "worker-1", "cert_cn": "worker-1.example",
@@ -67,10 +70,11 @@ func TestParseKeysGood(t *testing.T) {
 			t.Fatalf("ParseKeys(%s) = %d keys, want 3", give.file, len(keys))
 		}
 		b, o, w := keys[0], keys[1], keys[2]
-		if b.Name != "billing-web" || b.SHA256 != sumA || b.RatePerS != 200 || b.MaxWaiters != 100 || b.Line < 3 {
+		if b.Name != "billing-web" || b.SHA256 != sumA || b.RatePerS != 200 || b.MaxWaiters != 100 || b.Line < 3 ||
+			b.MaxHolds != 500 || b.MaxTickets != 50 || b.MaxSessions != 5 {
 			t.Errorf("%s: first key = %+v", give.file, b)
 		}
-		if o.SHA256 != sumB || o.RatePerS != 0 || o.MaxWaiters != 0 {
+		if o.SHA256 != sumB || o.RatePerS != 0 || o.MaxWaiters != 0 || o.MaxHolds != 0 || o.MaxTickets != 0 || o.MaxSessions != 0 {
 			t.Errorf("%s: second key = %+v", give.file, o)
 		}
 		if got := o.Allow[0].Actions(); len(got) != 4 {
@@ -146,6 +150,12 @@ func TestParseKeysErrors(t *testing.T) {
 		{yamlEntry(sha, allowAll, "    rate_per_s: fast"), "k.yaml:7: key \"svc\": rate_per_s must be a number"},
 		{yamlEntry(sha, allowAll, "    max_waiters: 0"), "k.yaml:7: key \"svc\": max_waiters must be at least 1"},
 		{yamlEntry(sha, allowAll, "    max_waiters: 1.5"), "k.yaml:7: key \"svc\": max_waiters must be a whole number"},
+		{yamlEntry(sha, allowAll, "    max_holds: 0"), "k.yaml:7: key \"svc\": max_holds must be at least 1 and at most 1000000000 (leave it out for the server's default)"},
+		{yamlEntry(sha, allowAll, "    max_holds: many"), "k.yaml:7: key \"svc\": max_holds must be a whole number"},
+		{yamlEntry(sha, allowAll, "    max_tickets: -3"), "k.yaml:7: key \"svc\": max_tickets must be at least 1"},
+		{yamlEntry(sha, allowAll, "    max_tickets: 2e3"), "k.yaml:7: key \"svc\": max_tickets must be a whole number"},
+		{yamlEntry(sha, allowAll, "    max_sessions: 1000000001"), "k.yaml:7: key \"svc\": max_sessions must be at least 1 and at most 1000000000"},
+		{yamlEntry(sha, allowAll, "    max_sessions: [1]"), "k.yaml:7: key \"svc\": max_sessions must be a whole number"},
 		{"keys:\n  - name: Svc\n" + sha + "\n" + allowAll + "\n", "k.yaml:2: keys[0]: name \"Svc\" must be 1 to 64 of a-z 0-9 . _ -"},
 		{"keys:\n  - name: " + strings.Repeat("a", 65) + "\n" + sha + "\n" + allowAll + "\n", "keys[0]: name (a value of 65 characters, not shown)"},
 		{"keys:\n  - " + sha[4:] + "\n" + allowAll + "\n", "k.yaml:2: keys[0] has no name"},

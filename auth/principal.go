@@ -27,6 +27,8 @@ type Principal struct {
 	// waitersByDefault: maxWaiters is the server's default for keys that set
 	// no max_waiters (Config.KeyMaxWaiters).
 	waitersByDefault bool
+	caps             Caps // in force: the key's own, else the server's default
+	ownCaps          Caps // the key's own max_holds, max_tickets, max_sessions
 }
 
 var (
@@ -44,10 +46,24 @@ func newBuiltin(name string) *Principal {
 	return &Principal{name: name, id: PrincipalID(name), all: true, rt: newRuntime()}
 }
 
-// newPrincipal makes the principal of a key entry with runtime state rt.
-func newPrincipal(k Key, rt *runtime) *Principal {
+// newPrincipal makes the principal of a key entry with runtime state rt; a
+// cap the entry leaves out is def's.
+func newPrincipal(k Key, rt *runtime, def Caps) *Principal {
 	rt.configure(k.RatePerS, k.MaxWaiters)
-	return &Principal{name: k.Name, id: PrincipalID(k.Name), grants: slices.Clone(k.Allow), rt: rt, maxWaiters: k.MaxWaiters}
+	own := Caps{Holds: k.MaxHolds, Tickets: k.MaxTickets, Sessions: k.MaxSessions}
+	return &Principal{name: k.Name, id: PrincipalID(k.Name), grants: slices.Clone(k.Allow), rt: rt, maxWaiters: k.MaxWaiters,
+		ownCaps: own, caps: own.or(def)}
+}
+
+// withCaps is a built-in principal with caps c: itself without caps, else a
+// copy sharing its runtime.
+func (p *Principal) withCaps(c Caps) *Principal {
+	if c == (Caps{}) {
+		return p
+	}
+	q := *p
+	q.caps = c
+	return &q
 }
 
 // PrincipalID returns the store's name for a principal: the hex of the first 16

@@ -17,7 +17,7 @@ func principals(t *testing.T) map[string]*Principal {
 	}
 	m := map[string]*Principal{}
 	for _, k := range keys {
-		m[k.Name] = newPrincipal(k, newRuntime())
+		m[k.Name] = newPrincipal(k, newRuntime(), Caps{})
 	}
 	return m
 }

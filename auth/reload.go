@@ -58,7 +58,7 @@ func (g *Guard) load() error {
 		return err
 	}
 	old := g.ring.Load()
-	ring := newKeyring(keys, old, g.keyWaiters)
+	ring := newKeyring(keys, old, g.keyWaiters, g.keyCaps)
 	g.ring.Store(ring)
 	ev := g.log.Info()
 	if len(keys) == 0 {
@@ -108,7 +108,8 @@ func diffKeys(was, now []Key) (added, removed, changed []string) {
 
 func sameKey(a, b Key) bool {
 	return a.SHA256 == b.SHA256 && a.CertCN == b.CertCN && a.CertURI == b.CertURI && a.RatePerS == b.RatePerS &&
-		a.MaxWaiters == b.MaxWaiters && slices.EqualFunc(a.Allow, b.Allow, func(x, y Grant) bool {
+		a.MaxWaiters == b.MaxWaiters && a.MaxHolds == b.MaxHolds && a.MaxTickets == b.MaxTickets &&
+		a.MaxSessions == b.MaxSessions && slices.EqualFunc(a.Allow, b.Allow, func(x, y Grant) bool {
 		return x.Names.String() == y.Names.String() && x.set == y.set
 	})
 }
@@ -179,7 +180,7 @@ func (g *Guard) revokeGone() []string {
 		}
 	}
 	if len(revoked) > 0 {
-		g.ring.Store(newKeyring(keep, ring, g.keyWaiters))
+		g.ring.Store(newKeyring(keep, ring, g.keyWaiters, g.keyCaps))
 	}
 	return revoked
 }

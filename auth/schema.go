@@ -14,12 +14,14 @@ const (
 	maxKeyNameLen = 64
 	maxRate       = 1e9 // requests per second; beyond any process
 	maxWaiters    = 1_000_000_000
+	maxObjects    = 1_000_000_000 // max_holds, max_tickets, max_sessions
 )
 
 // The fields of the keys file, in the order the docs show them.
 var (
-	fileFields  = []string{"keys"}
-	keyFields   = []string{"name", "sha256", "cert_cn", "cert_uri", "allow", "rate_per_s", "max_waiters"}
+	fileFields = []string{"keys"}
+	keyFields  = []string{"name", "sha256", "cert_cn", "cert_uri", "allow", "rate_per_s", "max_waiters",
+		"max_holds", "max_tickets", "max_sessions"}
 	grantFields = []string{"names", "actions"}
 )
 
@@ -135,7 +137,15 @@ func (p *parser) entry(n *yaml.Node, i int) (Key, bool) {
 		k.RatePerS = p.rate(f, what)
 	}
 	if f, ok := fs["max_waiters"]; ok {
-		k.MaxWaiters = p.waiters(f, what)
+		k.MaxWaiters = p.count(f, what, "max_waiters", maxWaiters)
+	}
+	for _, c := range []struct {
+		field string
+		v     *int
+	}{{"max_holds", &k.MaxHolds}, {"max_tickets", &k.MaxTickets}, {"max_sessions", &k.MaxSessions}} {
+		if f, ok := fs[c.field]; ok {
+			*c.v = p.count(f, what, c.field, maxObjects)
+		}
 	}
 	return k, len(p.errs)+p.more == before
 }
@@ -303,11 +313,12 @@ func (p *parser) rate(f field, what string) float64 {
 	return v
 }
 
-// waiters validates max_waiters: a whole number of at least 1.
-func (p *parser) waiters(f field, what string) int {
+// count validates a cap (max_waiters, max_holds, ...), the field name: a
+// whole number of at least 1 and at most most.
+func (p *parser) count(f field, what, name string, most int) int {
 	n := f.val
 	if n == nil || n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
-		p.errorf(f.line, "%s: max_waiters must be a whole number", what)
+		p.errorf(f.line, "%s: %s must be a whole number", what, name)
 		return 0
 	}
 	v, err := strconv.ParseInt(n.Value, 0, 64)
@@ -316,8 +327,8 @@ func (p *parser) waiters(f field, what string) int {
 			v = -1
 		}
 	}
-	if v < 1 || v > maxWaiters {
-		p.errorf(f.line, "%s: max_waiters must be at least 1 and at most %d (leave it out for no limit)", what, maxWaiters)
+	if v < 1 || v > int64(most) {
+		p.errorf(f.line, "%s: %s must be at least 1 and at most %d (leave it out for the server's default)", what, name, most)
 		return 0
 	}
 	return int(v)

@@ -130,6 +130,9 @@ type envOptions struct {
 	MaxWaiters int
 	// KeyMaxWaiters is the max_waiters of keys that set none (keys mode).
 	KeyMaxWaiters int
+	// KeyCaps are the caps on live objects of keys that set none (keys
+	// mode); BuiltinCaps the built-in principal's (protected mode).
+	KeyCaps, BuiltinCaps auth.Caps
 	// Keys, when set, is a keys file (YAML): the server runs in keys mode.
 	Keys             string
 	Protected        bool // protected mode: loopback peers only
@@ -182,12 +185,12 @@ func newEnv(t *testing.T, o envOptions) *env {
 			t.Fatal(err)
 		}
 		if guard, err = auth.NewGuard(auth.Config{File: keysFile, Logger: log, ReloadErrors: m.AuthReloadErrors,
-			KeyMaxWaiters: o.KeyMaxWaiters}); err != nil {
+			KeyMaxWaiters: o.KeyMaxWaiters, KeyCaps: o.KeyCaps}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if o.Protected {
-		if guard, err = auth.NewGuard(auth.Config{Logger: log}); err != nil {
+		if guard, err = auth.NewGuard(auth.Config{Logger: log, KeyCaps: o.KeyCaps, BuiltinCaps: o.BuiltinCaps}); err != nil {
 			t.Fatal(err)
 		}
 	}

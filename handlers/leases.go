@@ -72,5 +72,5 @@ func (s *server) noBody(call func(r *http.Request, name string) (any, error)) ht
 // ref names the lease or ticket in the path parameter param of a lock route, as
 // asked for by the request's principal.
 func ref(r *http.Request, name, param string) store.Ref {
-	return store.Ref{Name: name, ID: chi.URLParam(r, param), By: principalID(r)}
+	return store.Ref{Name: name, ID: chi.URLParam(r, param), By: principalID(r), Caps: capsOf(r)}
 }

@@ -36,6 +36,7 @@ func (s *server) acquire() http.Handler {
 				if !mayRead && errors.As(err, &held) {
 					err = errHeldUnseen // a key that may not read the lock learns nothing of its holder
 				}
+				err = keyCapError(r, err)
 				done(func(w http.ResponseWriter, log *zerolog.Logger) { writeAcquired(w, log, res, err) })
 			})
 		})
@@ -87,7 +88,7 @@ func (s *server) acquireRequest(r *http.Request, name string, b acquireBody) (st
 	if err != nil {
 		return store.AcquireRequest{}, "", err
 	}
-	ar := store.AcquireRequest{Name: name, TTL: ttl, Wait: wait, Fair: b.Fair, By: principalID(r)}
+	ar := store.AcquireRequest{Name: name, TTL: ttl, Wait: wait, Fair: b.Fair, By: principalID(r), Caps: capsOf(r)}
 	if ar.IdemKey, err = idempotencyKey(r); err != nil {
 		return ar, "", err
 	}

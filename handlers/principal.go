@@ -2,13 +2,16 @@ package handlers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 
 	"github.com/batonhq/baton/auth"
+	"github.com/batonhq/baton/store"
 )
 
 // Access control (API.md, "Access control"): every route but /livez, /readyz and
@@ -64,6 +67,69 @@ func principalID(r *http.Request) string {
 		return p.ID()
 	}
 	return ""
+}
+
+// capsOf is the request's principal's caps on live objects, for the store;
+// none before need ran.
+func capsOf(r *http.Request) store.Caps {
+	p := principalOf(r)
+	if p == nil {
+		return store.Caps{}
+	}
+	c := p.Caps()
+	return store.Caps{Holds: c.Holds, Tickets: c.Tickets, Sessions: c.Sessions}
+}
+
+// keyCapError turns the store's *CapError into the 429 that names the key,
+// the cap and where it is set; other errors pass through.
+func keyCapError(r *http.Request, err error) error {
+	var ce *store.CapError
+	p := principalOf(r)
+	if p == nil || !errors.As(err, &ce) {
+		return err
+	}
+	own := p.OwnCaps()
+	field, own1 := "max_holds", own.Holds
+	switch ce.Kind {
+	case store.KindTickets:
+		field, own1 = "max_tickets", own.Tickets
+	case store.KindSessions:
+		field, own1 = "max_sessions", own.Sessions
+	}
+	env := "BATON_KEY_" + strings.ToUpper(field)
+	where := "its " + field + " in the keys file"
+	switch {
+	case p.All():
+		where = env + ", which caps every client of this mode together"
+	case own1 == 0:
+		where = env + ", the server's " + field + " for keys that set none"
+	}
+	return &objectCapError{principal: p.Name(), builtin: p.All(), kind: ce.Kind, limit: ce.Limit, where: where, after: ce.RetryAfter}
+}
+
+// objectCapError: the key has as many live holds, tickets or sessions as its
+// cap allows.
+type objectCapError struct {
+	principal string
+	builtin   bool // protected or off mode's principal, not a key
+	kind      string
+	limit     int
+	where     string
+	after     time.Duration
+}
+
+func (e *objectCapError) Error() string {
+	return fmt.Sprintf("key %q has its %d live %s", e.principal, e.limit, e.kind)
+}
+
+// detail is the 429's detail: which key, which cap, how big, where it is set.
+func (e *objectCapError) detail() string {
+	who := fmt.Sprintf("API key %q", e.principal)
+	if e.builtin {
+		who = fmt.Sprintf("This server's clients (%s)", e.principal)
+	}
+	return fmt.Sprintf("%s already has %d live %s, its cap (%s); release some, or let them end, and retry after Retry-After seconds.",
+		who, e.limit, e.kind, e.where)
 }
 
 // Errors of access control, for the problem writer.

@@ -63,6 +63,7 @@ func writeError(w http.ResponseWriter, log *zerolog.Logger, err error) {
 	var limited *rateLimited
 	var tooLarge *http.MaxBytesError
 	var keyWaiters *keyWaitersError
+	var objectCap *objectCapError
 	switch {
 	case errors.As(err, &verr):
 		p = kind("invalid-request", 400, "Invalid request", verr.detail)
@@ -116,6 +117,9 @@ func writeError(w http.ResponseWriter, log *zerolog.Logger, err error) {
 	case errors.As(err, &limited):
 		p = kind("rate-limited", 429, "Rate limited", "This API key is over its rate_per_s; retry after Retry-After seconds.")
 		w.Header().Set("Retry-After", strconv.FormatInt(max(1, int64(limited.after.Seconds())), 10))
+	case errors.As(err, &objectCap):
+		p = kind("too-many-objects", 429, "Too many live objects", objectCap.detail())
+		w.Header().Set("Retry-After", strconv.FormatInt(max(1, int64((objectCap.after+time.Second-1)/time.Second)), 10))
 	case errors.As(err, &keyWaiters):
 		p = kind("too-many-waiters", 429, "Too many waiters", keyWaiters.detail())
 		w.Header().Set("Retry-After", "1")

@@ -134,7 +134,7 @@ func get(r chi.Router, pattern string, h http.Handler) {
 
 // fail hands an error to the one problem writer.
 func (s *server) fail(w http.ResponseWriter, r *http.Request, err error) {
-	writeError(w, zerolog.Ctx(r.Context()), err)
+	writeError(w, zerolog.Ctx(r.Context()), keyCapError(r, err))
 }
 
 // methodNotAllowed answers 405 with the Allow header chi leaves to custom

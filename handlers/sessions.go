@@ -48,7 +48,7 @@ func viewSession(s store.Session) sessionView {
 
 // sessionRef is the session of the path, as asked for by the request's principal.
 func sessionRef(r *http.Request) store.Ref {
-	return store.Ref{ID: chi.URLParam(r, "session"), By: principalID(r)}
+	return store.Ref{ID: chi.URLParam(r, "session"), By: principalID(r), Caps: capsOf(r)}
 }
 
 // createSession serves POST /v1/sessions.
@@ -63,7 +63,7 @@ func (s *server) createSession() http.Handler {
 		if err == nil {
 			err = decodeJSON(w, r, &req)
 		}
-		sr := store.SessionRequest{By: principalID(r), BodyHash: bodySum(r)}
+		sr := store.SessionRequest{By: principalID(r), BodyHash: bodySum(r), Caps: capsOf(r)}
 		if err == nil {
 			sr.TTL, err = s.limits.ttl(req.TTLms, s.limits.DefaultTTL)
 		}

@@ -28,6 +28,9 @@ var (
 	ErrIdempotencyUsed = errors.New("idempotency key used")
 	// ErrIdempotencyMismatch: the Idempotency-Key was used with another body.
 	ErrIdempotencyMismatch = errors.New("idempotency key mismatch")
+	// ErrCapReached: the principal has as many live holds, tickets or sessions
+	// as its caps allow (Caps). The error is a *CapError naming the cap.
+	ErrCapReached = errors.New("cap on live objects reached")
 	// ErrTooManyWaiters: this process already holds its maximum of long-polls.
 	ErrTooManyWaiters = errors.New("too many waiters")
 	// ErrUnavailable: Redis cannot be reached, or the store is shutting down.

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -16,7 +17,8 @@ import (
 // (Replayed). With r.Session, the hold joins the session and lasts as long.
 // Other errors: ErrLeaseNotHeld and ErrModeMismatch (re-entry), a *LimitError
 // (ErrLimitMismatch), ErrIdempotencyUsed, ErrIdempotencyMismatch,
-// ErrSessionNotFound, ErrTooManyWaiters, ErrUnavailable.
+// ErrSessionNotFound, a *CapError (ErrCapReached: a new hold, or ticket, past
+// r.Caps), ErrTooManyWaiters, ErrUnavailable.
 func (s *Store) Acquire(ctx context.Context, r AcquireRequest) (AcquireResult, error) {
 	var res AcquireResult
 	var err error
@@ -33,6 +35,9 @@ func (s *Store) Acquire(ctx context.Context, r AcquireRequest) (AcquireResult, e
 func (s *Store) AcquireFunc(ctx context.Context, r AcquireRequest, f func(AcquireResult, error)) {
 	if r.Lease != "" {
 		l, err := s.reenter(ctx, r)
+		if err == nil {
+			s.capRenewed(ctx, r.By, r.Caps, l) // a re-entry renews the hold
+		}
 		f(AcquireResult{Lease: l, Reentered: l != nil, Replayed: l.Replayed()}, err)
 		return
 	}
@@ -45,6 +50,19 @@ func (s *Store) AcquireFunc(ctx context.Context, r AcquireRequest, f func(Acquir
 	if err != nil {
 		f(AcquireResult{}, err)
 		return
+	}
+	adm, err := s.admitAcquire(ctx, r, ids) // nil, at no cost, when r.Caps caps nothing
+	if err != nil {
+		if errors.Is(err, ErrCapReached) {
+			s.count("too_many_objects")
+		} else {
+			s.count("error")
+		}
+		f(AcquireResult{}, err)
+		return
+	}
+	if adm != nil {
+		f = adm.settling(ctx, f)
 	}
 	if ids.member == "" {
 		s.tryAcquire(ctx, r, ids, f)
@@ -256,7 +274,9 @@ func (s *Store) Renew(ctx context.Context, l Ref, ttl time.Duration) (*Lease, er
 	}
 	switch rep.code {
 	case "renewed":
-		return rep.lease(l.Name, l.ID), nil
+		lease := rep.lease(l.Name, l.ID)
+		s.capRenewed(ctx, l.By, l.Caps, lease)
+		return lease, nil
 	case "not_held":
 		return nil, ErrLeaseNotHeld
 	default:
@@ -286,6 +306,9 @@ func (s *Store) release(ctx context.Context, l Ref, all bool) (Release, error) {
 	case "released":
 		if ss := rep.str(2); ss != "" {
 			s.leaveSessionByHash(ss, rep.str(3)) // a session's hold released alone leaves the session
+		}
+		if rep.int(1) == 1 {
+			s.capReleased(ctx, l)
 		}
 		return Release{Name: l.Name, Count: int(rep.int(0)), Released: rep.int(1) == 1}, nil
 	case "not_held":
@@ -348,8 +371,10 @@ func (s *Store) Cancel(ctx context.Context, t Ref) error {
 	}
 	switch rep.code {
 	case "cancelled":
+		s.capCancelled(ctx, t, true)
 		return nil
 	case "gone":
+		s.capCancelled(ctx, t, false)
 		return ErrTicketGone
 	default:
 		return unexpected("cancel", rep)

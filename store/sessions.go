@@ -26,6 +26,7 @@ type SessionRequest struct {
 	By       string // the principal; the session is bound to it
 	IdemKey  string // an Idempotency-Key: a retry gets the same session
 	BodyHash string
+	Caps     Caps // the principal's caps (caps.go): a session past Caps.Sessions is refused
 }
 
 // Session is a session, and (from GetSession) the holds in it.
@@ -55,7 +56,8 @@ func (s *Store) sessionKeys(id string) []string {
 
 // CreateSession makes a session. With an Idempotency-Key, the id is derived from
 // it, so a retry gets the first request's session (replayed). Errors:
-// ErrIdempotencyUsed, ErrIdempotencyMismatch, ErrUnavailable.
+// a *CapError (ErrCapReached) past r.Caps.Sessions, ErrIdempotencyUsed,
+// ErrIdempotencyMismatch, ErrUnavailable.
 func (s *Store) CreateSession(ctx context.Context, r SessionRequest) (Session, bool, error) {
 	id := newID()
 	if r.IdemKey == "" {
@@ -67,6 +69,16 @@ func (s *Store) CreateSession(ctx context.Context, r SessionRequest) (Session, b
 		}
 		id = derive(secret, "session", r.By, r.IdemKey)
 	}
+	adm, err := s.admitSession(ctx, r, hashID(id)) // nil, at no cost, when r.Caps caps no sessions
+	if err != nil {
+		return Session{}, false, err
+	}
+	sess, replayed, err := s.createSession(ctx, r, id)
+	adm.settle(ctx, sess, err)
+	return sess, replayed, err
+}
+
+func (s *Store) createSession(ctx context.Context, r SessionRequest, id string) (Session, bool, error) {
 	rep, err := s.sessionRun(ctx, s.ss.sessionCreate, s.sessionKeys(id),
 		lua.SessionCreateArgs{By: r.By, TTL: ms(r.TTL), Owner: r.Owner, Body: r.BodyHash, Nonce: newID()}.List())
 	if err != nil {
@@ -133,6 +145,7 @@ func (s *Store) RenewSession(ctx context.Context, ref Ref, ttl time.Duration, vi
 	}
 	holds, err := s.sessionHoldsOp(ctx, ref, "renew", sess.TTL, members)
 	sess.Locks = len(holds)
+	s.capSessionRenewed(ctx, ref, sess, holds)
 	return sess, err
 }
 
@@ -159,6 +172,7 @@ func (s *Store) EndSession(ctx context.Context, ref Ref) (int, error) {
 	if _, err := s.sessionRun(ctx, s.ss.sessionFinish, s.sessionKeys(ref.ID), lua.SessionByArgs{By: ref.By}.List()); err != nil {
 		return 0, err
 	}
+	s.capSessionEnded(ctx, ref, rep.members())
 	return len(ended), nil
 }
 

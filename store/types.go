@@ -84,6 +84,10 @@ type AcquireRequest struct {
 	IdemKey, BodyHash string
 	// Session is a session id: the hold joins that session and lasts as long.
 	Session string
+	// Caps are the principal's caps on live objects (caps.go): a new hold, or
+	// with Fair a ticket, past them is refused with a *CapError. Zero: none,
+	// and no Redis command for them.
+	Caps Caps
 }
 
 // Ref names a lease or a ticket of a lock, as asked for by a principal.
@@ -91,6 +95,9 @@ type Ref struct {
 	Name string
 	ID   string // the lease or ticket id
 	By   string // the principal asking: only the one that made it may use it
+	// Caps are the principal's caps (caps.go): a renewal, release, cancel or
+	// poll keeps the count of the kinds they cap up to date. Zero: none.
+	Caps Caps
 }
 
 // AcquireResult is one of: a new Lease, a re-entered Lease, or a Ticket.

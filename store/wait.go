@@ -170,7 +170,8 @@ func (s *Store) PollFunc(ctx context.Context, ref Ref, wait time.Duration, f fun
 		f(PollResult{}, clientGone("poll", ctx))
 		return
 	}
-	f = tracked(s, f)
+	f = s.pollSettling(ctx, ref, tracked(s, f))
+	s.capPolling(ctx, ref, wait) // before the poll: the ticket lives at least as long as it
 	t := ticketWait{name: ref.Name, ticket: ref.ID, th: hashID(ref.ID), tlh: hashID(ticketLease(ref.ID)), by: ref.By,
 		pid: tag()}
 	if wait <= 0 || s.shuttingDown() {

@@ -68,8 +68,13 @@ func keysCmd(args []string, stdout, stderr io.Writer) int {
 		if k.RatePerS > 0 {
 			limits += " rate_per_s " + strconv.FormatFloat(k.RatePerS, 'g', -1, 64)
 		}
-		if k.MaxWaiters > 0 {
-			limits += " max_waiters " + strconv.Itoa(k.MaxWaiters)
+		for _, c := range []struct {
+			field string
+			n     int
+		}{{"max_waiters", k.MaxWaiters}, {"max_holds", k.MaxHolds}, {"max_tickets", k.MaxTickets}, {"max_sessions", k.MaxSessions}} {
+			if c.n > 0 {
+				limits += " " + c.field + " " + strconv.Itoa(c.n)
+			}
 		}
 		row := "  " + k.Name + "\t" + cred + "\t" + strings.Join(grants, " ")
 		if limits != "" {

@@ -20,7 +20,7 @@ import (
 // when certificate files are set (nil otherwise).
 func startAccess(ctx context.Context, cfg Config, log zerolog.Logger, met *metrics.Metrics) (*auth.Guard, *tls.Config, error) {
 	g, err := auth.NewGuard(auth.Config{File: cfg.AuthFile, Auth: cfg.Auth, Logger: log, ReloadErrors: met.AuthReloadErrors,
-		KeyMaxWaiters: cfg.keyMaxWaiters()})
+		KeyMaxWaiters: cfg.keyMaxWaiters(), KeyCaps: cfg.keyCaps(), BuiltinCaps: cfg.builtinCaps()})
 	if err != nil {
 		return nil, nil, fmt.Errorf("access control: %w", err)
 	}

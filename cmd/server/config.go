@@ -10,6 +10,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/batonhq/baton/auth"
 	"github.com/batonhq/baton/store"
 )
 
@@ -27,6 +28,13 @@ type Config struct {
 	// KeyMaxWaiters is the max_waiters of a key that sets none; 0: a quarter
 	// of MaxWaiters (keyMaxWaiters).
 	KeyMaxWaiters int `envconfig:"KEY_MAX_WAITERS"`
+	// KeyMaxHolds, KeyMaxTickets and KeyMaxSessions cap the live objects in
+	// Redis of a key that sets no max_holds, max_tickets, max_sessions; 0:
+	// the defaults (keyCaps). Set, they cap protected and off mode's
+	// principal too (builtinCaps).
+	KeyMaxHolds    int `envconfig:"KEY_MAX_HOLDS"`
+	KeyMaxTickets  int `envconfig:"KEY_MAX_TICKETS"`
+	KeyMaxSessions int `envconfig:"KEY_MAX_SESSIONS"`
 	// MaxConns bounds the client connections open at once; 0: three quarters
 	// of the open-file limit (maxConns).
 	MaxConns        int           `envconfig:"MAX_CONNS"`
@@ -96,6 +104,46 @@ func (c Config) keyMaxWaiters() int {
 		return c.KeyMaxWaiters
 	}
 	return max(1, c.MaxWaiters/4)
+}
+
+// The caps on live objects of a key that sets none of its own, when the
+// environment sets none either: well below what one Redis should hold. Every
+// object is about 1 KB in Redis (a hold with its record, a ticket, a session),
+// so a key at all three caps keeps about 25 MB there (with its counts): a Redis of a few GB has
+// room for a hundred keys doing that at once. 10,000 holds is far more than a
+// client needs (a lock per job, per row being edited), and sessions each
+// gather many holds, so a tenth of that is plenty.
+// maxKeyObjects bounds BATON_KEY_MAX_HOLDS and its siblings, as the keys
+// file bounds max_holds.
+const maxKeyObjects = 1_000_000_000
+
+const (
+	defaultKeyMaxHolds    = 10000
+	defaultKeyMaxTickets  = 10000
+	defaultKeyMaxSessions = 1000
+)
+
+// keyCaps are the caps on live objects of a key that sets none of its own:
+// BATON_KEY_MAX_HOLDS, BATON_KEY_MAX_TICKETS, BATON_KEY_MAX_SESSIONS, each
+// left at 0 its default.
+func (c Config) keyCaps() auth.Caps {
+	pick := func(v, def int) int {
+		if v > 0 {
+			return v
+		}
+		return def
+	}
+	return auth.Caps{Holds: pick(c.KeyMaxHolds, defaultKeyMaxHolds), Tickets: pick(c.KeyMaxTickets, defaultKeyMaxTickets),
+		Sessions: pick(c.KeyMaxSessions, defaultKeyMaxSessions)}
+}
+
+// builtinCaps are the caps of protected and off mode's one principal, which
+// all their clients share: only those of BATON_KEY_MAX_HOLDS,
+// BATON_KEY_MAX_TICKETS and BATON_KEY_MAX_SESSIONS that are set. A shared
+// cap is not a per-tenant quota (one client at it refuses every other), so
+// it is opt-in: as a bound on what the one tenant of a host may keep in Redis.
+func (c Config) builtinCaps() auth.Caps {
+	return auth.Caps{Holds: c.KeyMaxHolds, Tickets: c.KeyMaxTickets, Sessions: c.KeyMaxSessions}
 }
 
 // loopbackHost reports whether a listen address's host is localhost or a
@@ -176,6 +224,14 @@ func (c Config) validate() error {
 	}
 	if c.KeyMaxWaiters < 0 || c.KeyMaxWaiters > c.MaxWaiters {
 		add("BATON_KEY_MAX_WAITERS (%d) must be between 1 and BATON_MAX_WAITERS (%d), or 0 for a quarter of it", c.KeyMaxWaiters, c.MaxWaiters)
+	}
+	for _, v := range []struct {
+		name string
+		n    int
+	}{{"BATON_KEY_MAX_HOLDS", c.KeyMaxHolds}, {"BATON_KEY_MAX_TICKETS", c.KeyMaxTickets}, {"BATON_KEY_MAX_SESSIONS", c.KeyMaxSessions}} {
+		if v.n < 0 || v.n > maxKeyObjects {
+			add("%s (%d) must be between 1 and %d, or 0 for its default", v.name, v.n, maxKeyObjects)
+		}
 	}
 	if c.LogFormat != "json" && c.LogFormat != "console" {
 		add("BATON_LOG_FORMAT must be json or console")

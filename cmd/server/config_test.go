@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/kelseyhightower/envconfig"
+
+	"github.com/batonhq/baton/auth"
 )
 
 func TestValidate(t *testing.T) {
@@ -65,6 +67,10 @@ func TestValidate(t *testing.T) {
 		{name: "debug on a host name", give: func(c *Config) { c.DebugAddr = "baton-1.internal:6060" }, want: "not a loopback address"},
 		{name: "debug anywhere, allowed", give: func(c *Config) { c.DebugAddr, c.DebugAllowRemote = ":6060", true }},
 		{name: "negative max conns", give: func(c *Config) { c.MaxConns = -1 }, want: "BATON_MAX_CONNS must not be negative"},
+		{name: "negative key holds", give: func(c *Config) { c.KeyMaxHolds = -1 }, want: "BATON_KEY_MAX_HOLDS (-1) must be between 1 and 1000000000, or 0 for its default"},
+		{name: "too many key tickets", give: func(c *Config) { c.KeyMaxTickets = 1_000_000_001 }, want: "BATON_KEY_MAX_TICKETS"},
+		{name: "negative key sessions", give: func(c *Config) { c.KeyMaxSessions = -5 }, want: "BATON_KEY_MAX_SESSIONS"},
+		{name: "key caps set", give: func(c *Config) { c.KeyMaxHolds, c.KeyMaxTickets, c.KeyMaxSessions = 1, 2, 3 }},
 		{name: "negative shutdown delay", give: func(c *Config) { c.ShutdownDelay = -time.Second }, want: "BATON_SHUTDOWN_DELAY (-1s) must not be negative"},
 		{name: "no queued calls", give: func(c *Config) { c.MaxQueuedCalls = 0 }, want: "BATON_MAX_QUEUED_CALLS must be at least 1"},
 		{name: "no queue wait", give: func(c *Config) { c.MaxQueueWait = 0 }, want: "BATON_MAX_QUEUE_WAIT (0s) must be at least 1ms"},
@@ -94,6 +100,26 @@ func TestKeyMaxWaitersDefault(t *testing.T) {
 		if got := cfg.keyMaxWaiters(); got != tt.want {
 			t.Errorf("BATON_MAX_WAITERS=%d BATON_KEY_MAX_WAITERS=%d: %d, want %d", tt.max, tt.key, got, tt.want)
 		}
+	}
+}
+
+// A key without caps of its own gets BATON_KEY_MAX_HOLDS, _TICKETS and
+// _SESSIONS, each left unset its default; the built-in principals get only
+// those that are set.
+func TestKeyCapsDefault(t *testing.T) {
+	cfg := testConfig()
+	if got, want := cfg.keyCaps(), (auth.Caps{Holds: 10000, Tickets: 10000, Sessions: 1000}); got != want {
+		t.Errorf("unset: keys get %+v, want %+v", got, want)
+	}
+	if got := cfg.builtinCaps(); got != (auth.Caps{}) {
+		t.Errorf("unset: the built-in principals get %+v, want none", got)
+	}
+	cfg.KeyMaxHolds, cfg.KeyMaxSessions = 5, 6
+	if got, want := cfg.keyCaps(), (auth.Caps{Holds: 5, Tickets: 10000, Sessions: 6}); got != want {
+		t.Errorf("holds and sessions set: keys get %+v, want %+v", got, want)
+	}
+	if got, want := cfg.builtinCaps(), (auth.Caps{Holds: 5, Sessions: 6}); got != want {
+		t.Errorf("holds and sessions set: the built-in principals get %+v, want %+v", got, want)
 	}
 }
 
