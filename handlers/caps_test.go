@@ -313,3 +313,51 @@ func testCountsLeaveNothing(t *testing.T, cluster bool) {
 		return len(e.capSets()) == 0
 	})
 }
+
+// A retry with an Idempotency-Key that is refused (another body) changes
+// nothing: once what the key made has ended, its place is free again, however
+// long a life the refused retry asked for.
+func TestRefusedRetryLeavesNoCountBehindWhatItsKeyMade(t *testing.T) {
+	k := newCapKeys()
+	e := newEnv(t, envOptions{Keys: k.file("    max_holds: 1\n    max_sessions: 1\n")})
+	idem := func(key string) map[string]string {
+		return map[string]string{"Authorization": "Bearer " + k.capped, "Idempotency-Key": key}
+	}
+	short, long := map[string]any{"ttl_ms": 300}, map[string]any{"ttl_ms": 600000, "wait_ms": 5000}
+	wantStatus(t, e.do(req{Method: "POST", Path: "/v1/locks/h", Body: short, Header: idem("h-1")}), http.StatusCreated, "")
+	wantStatus(t, e.do(req{Method: "POST", Path: "/v1/locks/h", Body: long, Header: idem("h-1")}),
+		http.StatusUnprocessableEntity, "idempotency-key-mismatch")
+	wantStatus(t, e.do(req{Method: "POST", Path: "/v1/sessions", Body: short, Header: idem("s-1")}), http.StatusCreated, "")
+	wantStatus(t, e.do(req{Method: "POST", Path: "/v1/sessions", Body: map[string]any{"ttl_ms": 600000}, Header: idem("s-1")}),
+		http.StatusUnprocessableEntity, "idempotency-key-mismatch")
+	pollUntil(t, 15*time.Second, "a hold once the one made ran out", func() bool {
+		time.Sleep(50 * time.Millisecond)
+		return e.post(k.capped, "/v1/locks/x", map[string]any{}).Status == http.StatusCreated
+	})
+	pollUntil(t, 15*time.Second, "a session once the one made ran out", func() bool {
+		time.Sleep(50 * time.Millisecond)
+		return e.post(k.capped, "/v1/sessions", map[string]any{}).Status == http.StatusCreated
+	})
+}
+
+// A retry of a fair request that was granted makes nothing new: it gets its
+// lease again even when its key is at max_holds (its own hold among them) or
+// at max_tickets.
+func TestRetryOfAGrantedFairRequestIsAnsweredAtTheCaps(t *testing.T) {
+	for _, caps := range []string{"    max_holds: 1\n", "    max_holds: 5\n    max_tickets: 1\n"} {
+		k := newCapKeys()
+		e := newEnv(t, envOptions{Keys: k.file(caps)})
+		idem := map[string]string{"Authorization": "Bearer " + k.capped, "Idempotency-Key": "f-1"}
+		first := e.do(req{Method: "POST", Path: "/v1/locks/f", Body: map[string]any{"fair": true}, Header: idem})
+		wantStatus(t, first, http.StatusCreated, "")
+		// The key's other ticket fills max_tickets (when it is 1).
+		wantStatus(t, e.post(k.other, "/v1/locks/busy", map[string]any{}), http.StatusCreated, "")
+		if strings.Contains(caps, "max_tickets") {
+			wantStatus(t, e.post(k.capped, "/v1/locks/busy", map[string]any{"fair": true}), http.StatusAccepted, "")
+		}
+		again := e.do(req{Method: "POST", Path: "/v1/locks/f", Body: map[string]any{"fair": true}, Header: idem})
+		if again.Status >= 300 || again.Str("lease") != first.Str("lease") {
+			t.Fatalf("caps %q: retry of a granted fair request: %d %s, want lease %s", caps, again.Status, again.Raw, first.Str("lease"))
+		}
+	}
+}

@@ -22,13 +22,15 @@ import (
 //   - Admission: before a hold, ticket or session is asked for, one MULTI
 //     prunes the members whose deadline has passed (ZREMRANGEBYSCORE), adds
 //     the request's own member with a deadline no earlier than its object
-//     could end (ZADD GT), makes the set expire no earlier than that, and
+//     could end (ZADD NX), makes the set expire no earlier than that, and
 //     counts (ZCARD). Over the cap the member is taken out again and the
 //     request refused (*CapError, before anything is made). A member that was
 //     there already (a retry with the same Idempotency-Key) is counted once
-//     and never refused. Admissions are exact against each other: a request
-//     in flight (one that waits for a lock too) holds its place until its
-//     answer.
+//     and never refused, and keeps its deadline until the retry's answer
+//     (a retry refused, as one with another body is, moves nothing); nor is
+//     a fair retry whose request was granted (its hold is counted).
+//     Admissions are exact against each other: a request in flight (one that
+//     waits for a lock too) holds its place until its answer.
 //   - The answer settles it: nothing made, the member is taken out; a hold
 //     made, its member gets the hold's deadline (a fair request's ticket
 //     member becomes its hold's).
@@ -200,7 +202,9 @@ type capAdmission struct {
 	hk, tk string
 	hold   bool  // the request's hold member was added (not a retry's, there already)
 	ticket bool  // its ticket member was added
+	retry  bool  // a retry: its member was there already, or (fair) its request's hold is
 	provH  int64 // the hold member's provisional deadline (non-fair)
+	provT  int64 // the ticket member's (fair)
 }
 
 // admitAcquire admits a new hold (or, fair, a ticket) under r.Caps. A
@@ -223,21 +227,26 @@ func (s *Store) admitAcquire(ctx context.Context, r AcquireRequest, ids requestI
 		life = ids.remaining // a session's hold ends with the session
 	}
 	a.provH = now + ms(r.Wait+life+capSlack)
-	provT := now + ms(r.Wait+s.opt.TicketTTL+capSlack)
+	a.provT = now + ms(r.Wait+s.opt.TicketTTL+capSlack)
+	provT := a.provT
 	cut := strconv.FormatInt(now, 10)
 	var hAdd, hCard, tAdd, tCard *redis.IntCmd
+	var granted *redis.FloatSliceCmd // a fair request's hold, when a retry's request was granted
 	err = s.capsExec(ctx, a.hk, true, func(p redis.Pipeliner) {
 		if c.Holds > 0 {
 			p.ZRemRangeByScore(ctx, a.hk, "-inf", cut)
+			if r.Fair && ids.ik != "" {
+				granted = p.ZMScore(ctx, a.hk, ids.lh, ids.tlh) // 0: none
+			}
 			if !r.Fair {
-				hAdd = p.ZAddArgs(ctx, a.hk, redis.ZAddArgs{GT: true, Members: []redis.Z{{Score: float64(a.provH), Member: ids.lh}}})
+				hAdd = p.ZAddArgs(ctx, a.hk, redis.ZAddArgs{NX: true, Members: []redis.Z{{Score: float64(a.provH), Member: ids.lh}}})
 				capExpire(ctx, p, a.hk, a.provH)
 			}
 			hCard = p.ZCard(ctx, a.hk)
 		}
 		if r.Fair && c.Tickets > 0 {
 			p.ZRemRangeByScore(ctx, a.tk, "-inf", cut)
-			tAdd = p.ZAddArgs(ctx, a.tk, redis.ZAddArgs{GT: true, Members: []redis.Z{{Score: float64(provT), Member: ids.th}}})
+			tAdd = p.ZAddArgs(ctx, a.tk, redis.ZAddArgs{NX: true, Members: []redis.Z{{Score: float64(provT), Member: ids.th}}})
 			capExpire(ctx, p, a.tk, provT)
 			tCard = p.ZCard(ctx, a.tk)
 		}
@@ -247,6 +256,12 @@ func (s *Store) admitAcquire(ctx context.Context, r AcquireRequest, ids requestI
 	}
 	a.hold = hAdd != nil && hAdd.Val() == 1
 	a.ticket = tAdd != nil && tAdd.Val() == 1
+	a.retry = (hAdd != nil && !a.hold) || (tAdd != nil && !a.ticket)
+	if granted != nil {
+		for _, d := range granted.Val() {
+			a.retry = a.retry || d > 0
+		}
+	}
 	added := map[string]string{}
 	if a.hold {
 		added[a.hk] = ids.lh
@@ -255,6 +270,9 @@ func (s *Store) admitAcquire(ctx context.Context, r AcquireRequest, ids requestI
 		added[a.tk] = ids.th
 	}
 	switch {
+	case a.retry && r.Fair:
+		// Its request was granted: the retry makes nothing (or, the hold
+		// gone, nothing but what a fresh attempt would).
 	case a.hold && hCard.Val() > int64(c.Holds):
 		return nil, s.capRefusal(ctx, a.hk, now, KindHolds, c.Holds, added)
 	case r.Fair && hCard != nil && hCard.Val() >= int64(c.Holds) && (tAdd == nil || a.ticket):
@@ -293,7 +311,7 @@ func (a *capAdmission) settle(ctx context.Context, res AcquireResult, err error)
 		}
 	case res.Lease != nil && !a.r.Fair:
 		d := res.Lease.ExpiresAt.UnixMilli()
-		if d > a.provH || a.provH-d > capSettleSlack.Milliseconds() {
+		if !a.hold || d > a.provH || a.provH-d > capSettleSlack.Milliseconds() { // a retry's member has the first's deadline
 			s.capTidy(ctx, a.hk, func(p redis.Pipeliner) { capAdd(ctx, p, a.hk, hashID(res.Lease.ID), d, redis.ZAddArgs{}) })
 		}
 	case res.Lease != nil:
@@ -306,6 +324,10 @@ func (a *capAdmission) settle(ctx context.Context, res AcquireResult, err error)
 				capAdd(ctx, p, a.hk, hashID(res.Lease.ID), d, redis.ZAddArgs{})
 			}
 		})
+	case res.Ticket != nil && !a.ticket && c.Tickets > 0:
+		// A retry waited on the ticket: it lives at least as long as this
+		// request's admission guessed.
+		s.capTidy(ctx, a.hk, func(p redis.Pipeliner) { capAdd(ctx, p, a.tk, a.ids.th, a.provT, redis.ZAddArgs{GT: true}) })
 	}
 }
 
@@ -404,7 +426,7 @@ func (s *Store) admitSession(ctx context.Context, r SessionRequest, sh string) (
 	var add, card *redis.IntCmd
 	err = s.capsExec(ctx, a.sk, true, func(p redis.Pipeliner) {
 		p.ZRemRangeByScore(ctx, a.sk, "-inf", strconv.FormatInt(now, 10))
-		add = p.ZAddArgs(ctx, a.sk, redis.ZAddArgs{GT: true, Members: []redis.Z{{Score: float64(a.prov), Member: sh}}})
+		add = p.ZAddArgs(ctx, a.sk, redis.ZAddArgs{NX: true, Members: []redis.Z{{Score: float64(a.prov), Member: sh}}})
 		capExpire(ctx, p, a.sk, a.prov)
 		card = p.ZCard(ctx, a.sk)
 	})
@@ -438,7 +460,7 @@ func (a *sessionAdmission) settle(ctx context.Context, sess Session, err error) 
 		}
 	default:
 		d := sess.ExpiresAt.UnixMilli()
-		if d > a.prov || a.prov-d > capSettleSlack.Milliseconds() {
+		if !a.added || d > a.prov || a.prov-d > capSettleSlack.Milliseconds() { // a retry's member has the first's deadline
 			a.s.capTidy(ctx, a.sk, func(p redis.Pipeliner) { capAdd(ctx, p, a.sk, a.sh, d, redis.ZAddArgs{}) })
 		}
 	}
