@@ -168,7 +168,7 @@ func (s *Store) turnsFor(key string) *turns {
 	if s.topo == nil {
 		return s.adm.of("")
 	}
-	return s.adm.of(s.topo.master(key))
+	return s.adm.of(s.topo.Master(key))
 }
 
 // enter waits for a turn. Errors (nothing was sent): ErrOverloaded when the

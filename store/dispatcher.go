@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/batonhq/baton/metrics"
+	"github.com/batonhq/baton/store/redisconn"
 )
 
 // The dispatcher owns the process's pub/sub connections (links): one on a single
@@ -110,7 +111,7 @@ type barrier struct {
 
 type dispatcher struct {
 	rdb  redis.UniversalClient
-	topo *topology // nil: one Redis (or Sentinel), one link
+	topo *redisconn.Topology // nil: one Redis (or Sentinel), one link
 	poke func(ctx context.Context, name string) (held bool, pttl time.Duration, err error)
 	log  zerolog.Logger
 	m    *metrics.Metrics
@@ -145,7 +146,7 @@ type link struct {
 	done     chan struct{} // closed when the link is dropped
 }
 
-func newDispatcher(rdb redis.UniversalClient, topo *topology, poke func(context.Context, string) (bool, time.Duration, error), log zerolog.Logger, m *metrics.Metrics) *dispatcher {
+func newDispatcher(rdb redis.UniversalClient, topo *redisconn.Topology, poke func(context.Context, string) (bool, time.Duration, error), log zerolog.Logger, m *metrics.Metrics) *dispatcher {
 	d := &dispatcher{
 		rdb:   rdb,
 		topo:  topo,
@@ -161,7 +162,7 @@ func newDispatcher(rdb redis.UniversalClient, topo *topology, poke func(context.
 		d.newLink("", rdb)
 		d.mu.Unlock()
 	} else {
-		topo.listen(d.reroute)
+		topo.Listen(d.reroute)
 	}
 	return d
 }
@@ -189,14 +190,14 @@ func (d *dispatcher) linkFor(key string) *link {
 	if d.topo == nil {
 		return d.links[""]
 	}
-	addr := d.topo.master(key)
+	addr := d.topo.Master(key)
 	if addr == "" { // no slot map yet: a seed; a MOVED reply will say where
-		addr = d.topo.opts.Addrs[0]
+		addr = d.topo.Seed()
 	}
 	if l := d.links[addr]; l != nil {
 		return l
 	}
-	return d.newLink(addr, d.topo.node(addr))
+	return d.newLink(addr, d.topo.Node(addr))
 }
 
 func (d *dispatcher) close() error {
@@ -589,7 +590,7 @@ func (d *dispatcher) reroute() {
 		return
 	}
 	for _, c := range d.chans {
-		if addr := d.topo.master(c.key); addr != "" && addr != c.link.addr {
+		if addr := d.topo.Master(c.key); addr != "" && addr != c.link.addr {
 			d.subscribe(c)
 		}
 	}
@@ -601,15 +602,15 @@ func (d *dispatcher) reroute() {
 // every channel of that slot still on l is subscribed again where the map
 // says.
 func (d *dispatcher) moved(l *link, ps *redis.PubSub, slotNo int, addr string) {
-	d.topo.moved(slotNo, addr)
+	d.topo.Moved(slotNo, addr)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	l.answered(ps, false, func(op subOp) bool { return slot(op.key) == slotNo })
+	l.answered(ps, false, func(op subOp) bool { return redisconn.Slot(op.key) == slotNo })
 	if d.closed() {
 		return
 	}
 	for _, c := range d.chans {
-		if c.link == l && slot(c.key) == slotNo {
+		if c.link == l && redisconn.Slot(c.key) == slotNo {
 			d.subscribe(c)
 		}
 	}
@@ -667,7 +668,7 @@ func (d *dispatcher) unsubscribed(l *link, ps *redis.PubSub, key string) {
 	if c == nil || c.link != l || d.closed() {
 		return
 	}
-	d.topo.refresh()
+	d.topo.Refresh()
 	d.subscribe(c)
 }
 
@@ -678,7 +679,7 @@ func (d *dispatcher) dropIdle() {
 		return
 	}
 	masters := map[string]bool{}
-	for _, a := range d.topo.masters() {
+	for _, a := range d.topo.Masters() {
 		masters[a] = true
 	}
 	for addr, l := range d.links {
@@ -721,7 +722,7 @@ func (d *dispatcher) receive(l *link) {
 			return
 		default:
 		}
-		if kind, slotNo, addr, ok := redirect(err); ok && kind == "MOVED" && d.topo != nil {
+		if kind, slotNo, addr, ok := redisconn.Redirect(err); ok && kind == "MOVED" && d.topo != nil {
 			// The answer to one SSUBSCRIBE: the connection itself is fine.
 			d.moved(l, ps, slotNo, addr)
 			continue
@@ -738,7 +739,7 @@ func (d *dispatcher) receive(l *link) {
 				d.log.Warn().Err(err).Str("node", l.addr).Msg("pub/sub connection lost; reconnecting")
 			}
 			if d.topo != nil {
-				d.topo.refresh()
+				d.topo.Refresh()
 			}
 			select {
 			case <-d.done:

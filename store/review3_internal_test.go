@@ -62,13 +62,13 @@ func (s *Store) R3NotAfter(name string) string {
 }
 
 // R3MasterOf is the store's own idea of the master of the lock's slot.
-func (s *Store) R3MasterOf(name string) string { return s.topo.master(s.lockKey(name)) }
+func (s *Store) R3MasterOf(name string) string { return s.topo.Master(s.lockKey(name)) }
 
 // R3PendingUndos is how many undos are under way.
 func (s *Store) R3PendingUndos() int { return int(s.undos.n.Load()) }
 
 // R3Masters is the store's own list of masters.
-func (s *Store) R3Masters() []string { return s.topo.masters() }
+func (s *Store) R3Masters() []string { return s.topo.Masters() }
 
 // R3SessionKey is the key of session id's hash (its slot is the session's).
 func R3SessionKey(s *Store, id string) string { return s.sessionKeys(id)[0] }
@@ -88,12 +88,4 @@ func (s *Store) R3CursorNode(ctx context.Context, cursor string) string {
 
 // R3NodeClients are the addresses the topology keeps a client (and its pool
 // of connections) for.
-func (s *Store) R3NodeClients() []string {
-	s.topo.mu.Lock()
-	defer s.topo.mu.Unlock()
-	var out []string
-	for a := range s.topo.nodes {
-		out = append(out, a)
-	}
-	return out
-}
+func (s *Store) R3NodeClients() []string { return s.topo.NodeAddrs() }

@@ -1,4 +1,4 @@
-package store
+package redisconn
 
 import (
 	"context"
@@ -56,8 +56,8 @@ func (g *Gate) Down() bool {
 	return g.down
 }
 
-// close shuts the gate and starts probing, unless it is closed already.
-func (g *Gate) close() {
+// MarkDown shuts the gate and starts probing, unless it is closed already.
+func (g *Gate) MarkDown() {
 	if g == nil {
 		return
 	}
