@@ -60,8 +60,8 @@ func unknown(err error) bool {
 // run makes the call and decodes its reply. A failure is a *callError.
 // Errors: ErrUnavailable once the store is closed, and those of tries.
 func (s *Store) run(ctx context.Context, c call) (reply, error) {
-	s.gate.RLock()
-	defer s.gate.RUnlock()
+	s.inFlight.RLock()
+	defer s.inFlight.RUnlock()
 	if s.closed {
 		return reply{}, &callError{err: fmt.Errorf("%s: store closed: %w", c.op.name, ErrUnavailable)}
 	}

@@ -89,9 +89,10 @@ type Store struct {
 
 	undos *undoer // the undos under way (undo.go)
 
-	// gate lets Close wait for the calls in flight: each call holds it shared.
-	gate   sync.RWMutex
-	closed bool // guarded by gate
+	// inFlight lets Close wait for the calls in flight: each call holds it
+	// shared. (Not the health gate, opt.Gate.)
+	inFlight sync.RWMutex
+	closed   bool // guarded by inFlight
 
 	shutdown     chan struct{}
 	stopped      context.Context // ends with shutdown: waits hear of it through context.AfterFunc
@@ -206,9 +207,9 @@ func (s *Store) Shutdown() {
 func (s *Store) Close() error {
 	s.Shutdown()
 	s.closeOnce.Do(func() {
-		s.gate.Lock()
+		s.inFlight.Lock()
 		s.closed = true
-		s.gate.Unlock()
+		s.inFlight.Unlock()
 		// A request whose call just failed queues its undo after the call gave
 		// the gate back: wait for those requests, then for the undos.
 		s.awaitUndos(time.Now().Add(closeUndoWait))
