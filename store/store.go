@@ -211,7 +211,7 @@ func (s *Store) Close() error {
 		s.closed = true
 		s.inFlight.Unlock()
 		// A request whose call just failed queues its undo after the call gave
-		// the gate back: wait for those requests, then for the undos.
+		// inFlight back: wait for those requests, then for the undos.
 		s.awaitUndos(time.Now().Add(closeUndoWait))
 		s.opt.Gate.Close()
 	})
