@@ -21,6 +21,7 @@ import (
 
 	"github.com/batonhq/baton/api"
 	"github.com/batonhq/baton/handlers"
+	"github.com/batonhq/baton/internal/embedded"
 	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/store"
 	"github.com/batonhq/baton/store/redisconn"
@@ -110,7 +111,7 @@ func serve(ctx context.Context, cfg Config, log zerolog.Logger, listening func(n
 	if url == "" {
 		embedCtx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		emb, err := startEmbedded(embedCtx)
+		emb, err := embedded.Start(embedCtx)
 		if err != nil {
 			return fmt.Errorf("embedded store: %w", err)
 		}
