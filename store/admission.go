@@ -123,10 +123,10 @@ func newAdmission(rdb redis.UniversalClient, maxQueue int, maxWait time.Duration
 	}
 	a := &admission{m: m, inFlight: max(pool-1, 1), maxQueue: int64(maxQueue), maxWait: maxWait, stop: stop,
 		byRed: map[string]*turns{}, later: list.New()}
-	go func() {
+	goLabelled(labelAdmission, func() {
 		<-stop
 		a.runAllKept()
-	}()
+	})
 	return a
 }
 

@@ -63,8 +63,8 @@ func (d *dispatcher) newLink(addr string, client redis.UniversalClient) *link {
 	d.links[addr] = l
 	d.m.PubSubConns.Inc()
 	d.wg.Add(2)
-	go d.receive(l)
-	go d.write(l)
+	goLabelled(labelLinkReader, func() { d.receive(l) })
+	goLabelled(labelLinkWriter, func() { d.write(l) })
 	return l
 }
 

@@ -152,7 +152,7 @@ func New(rdb redis.UniversalClient, opt Options) *Store {
 		s.topo = redisconn.NewTopology(cc)
 	}
 	s.disp = newDispatcher(rdb, s.topo, s.pokeLock, opt.Logger, s.m)
-	go s.runClock()
+	goLabelled(labelClock, s.runClock)
 	opt.Gate.OnOpen(func() { // Redis is back, perhaps empty: give it the secret back
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"runtime/pprof"
 	"sync"
 	"time"
 
@@ -73,7 +74,9 @@ func (g *Gate) MarkDown() {
 	}
 	g.down = true
 	g.opens = make(chan struct{})
-	go g.probeUntilUp(g.opens)
+	opens := g.opens
+	// Labelled for goroutine profiles, as the store labels its own.
+	go pprof.Do(context.Background(), pprof.Labels("baton", "gate-probe"), func(context.Context) { g.probeUntilUp(opens) })
 }
 
 // probeUntilUp pings Redis until it answers, then opens the gate.

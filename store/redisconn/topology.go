@@ -2,6 +2,7 @@ package redisconn
 
 import (
 	"context"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,7 +52,8 @@ func NewTopology(cc *redis.ClusterClient) *Topology {
 		done:  make(chan struct{}),
 	}
 	t.wg.Add(1)
-	go t.run()
+	// Labelled for goroutine profiles, as the store labels its own.
+	go pprof.Do(context.Background(), pprof.Labels("baton", "cluster-topology"), func(context.Context) { t.run() })
 	return t
 }
 
