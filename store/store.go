@@ -8,6 +8,24 @@
 // holder's remaining lease pokes the lock when the lease should have run out
 // (expiry runs no script), and every waiter re-checks when the pub/sub connection
 // comes back, because pub/sub drops messages while it is down.
+//
+// Connecting to Redis (URLs, Sentinel, the cluster's slot map, the health
+// gate, tracing) is package store/redisconn's. Here, by concern:
+//
+//   - the Store, its options and its life (store.go); the sentinel errors and
+//     the results (errors.go, types.go);
+//   - the lock operations: acquire, renew, release, force, state, cancel
+//     (ops.go), the waits and ticket polls (wait.go, ticketwait.go, watch.go,
+//     events.go), sessions (sessions.go),
+//     listing (list.go), the ids a request is made under (ids.go,
+//     requestids.go, secret.go);
+//   - the script calls: the scripts (scripts.go), one call with its "not
+//     after" and its retries (calls.go, clock.go), the replies (reply.go),
+//     the turns on the connections (admission.go), WAIT for replicas
+//     (replicas.go), what a cluster needs more (cluster.go);
+//   - the undo of unknown outcomes (undo.go);
+//   - the pub/sub dispatcher that wakes waiters (dispatcher*.go) and the
+//     profiler labels of the store's goroutines (labels.go).
 package store
 
 import (
