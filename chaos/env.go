@@ -245,7 +245,7 @@ func (b *baton) startOnce() error {
 		logged = fi.Size()
 	}
 	cmd := exec.Command(b.bin)
-	cmd.Env = append(os.Environ(), b.env...)
+	cmd.Env = append(append(os.Environ(), b.env...), batonGODEBUG())
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

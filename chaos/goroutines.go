@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -131,13 +132,23 @@ func checkBatonGoroutines(ctx context.Context, top *topology, out *row, wait tim
 	}
 }
 
-// The goroutines of a Baton's pub/sub link (store/dispatcher.go): its reader
-// and its writer, both started by newLink.
+// The goroutines of a Baton's pub/sub link, its reader and its writer, are
+// known by their profiler labels (store/labels.go), which a goroutine dump
+// (debug=2) shows in each goroutine's header line when the process runs with
+// GODEBUG=tracebacklabels=1 (batonGODEBUG).
 const (
-	linkCreator = "created by github.com/batonhq/baton/store.(*dispatcher).newLink "
-	linkReader  = "github.com/batonhq/baton/store.(*dispatcher).receive("
-	linkWriter  = "github.com/batonhq/baton/store.(*dispatcher).write("
+	linkReader = `labels:{"baton": "pubsub-reader"}`
+	linkWriter = `labels:{"baton": "pubsub-writer"}`
 )
+
+// batonGODEBUG is the GODEBUG a Baton runs with: the one given to the runner,
+// with goroutine labels shown in goroutine dumps.
+func batonGODEBUG() string {
+	if d := os.Getenv("GODEBUG"); d != "" {
+		return "GODEBUG=" + d + ",tracebacklabels=1"
+	}
+	return "GODEBUG=tracebacklabels=1"
+}
 
 // linkTally is what clusterLinks last found.
 type linkTally struct {
@@ -181,13 +192,11 @@ func (b *baton) clusterLinks(ctx context.Context, c *redistest.Cluster, now []go
 func linkGoroutines(gs []goroutine) (ids map[int]bool, readers, writers int) {
 	ids = map[int]bool{}
 	for _, g := range gs {
-		if !strings.Contains(g.stack, linkCreator) {
-			continue
-		}
+		header, _, _ := strings.Cut(g.stack, "\n")
 		switch {
-		case strings.Contains(g.stack, linkReader):
+		case strings.Contains(header, linkReader):
 			readers++
-		case strings.Contains(g.stack, linkWriter):
+		case strings.Contains(header, linkWriter):
 			writers++
 		default:
 			continue

@@ -23,6 +23,7 @@ import (
 	"github.com/batonhq/baton/internal/redistest"
 	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/store"
+	"github.com/batonhq/baton/store/redisconn"
 )
 
 // The client tests run against the whole server stack (handlers, store, a real
@@ -63,7 +64,7 @@ var prefixSeq atomic.Int64
 // startServer starts handlers and store on the shared Redis with a fresh key
 // prefix and the limits of API.md.
 func startServer() (*server, error) {
-	rdb, err := store.NewClient(sharedRedis.URL())
+	rdb, err := redisconn.NewClient(sharedRedis.URL())
 	if err != nil {
 		return nil, err
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/batonhq/baton/handlers"
 	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/store"
+	"github.com/batonhq/baton/store/redisconn"
 )
 
 // Native fuzz targets (go test -fuzz, `make fuzz`) over the whole stack on a real
@@ -66,7 +67,7 @@ func fuzzEnvKeys(f *testing.F, limits handlers.Limits, keys string) *env {
 func fuzzEnvMode(f *testing.F, limits handlers.Limits, keys string, protected bool) *env {
 	f.Helper()
 	prefix := "fz" + strconv.FormatInt(prefixSeq.Add(1), 10) + "x" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
-	rdb, err := store.NewClient(sharedRedis.URL())
+	rdb, err := redisconn.NewClient(sharedRedis.URL())
 	if err != nil {
 		f.Fatal(err)
 	}

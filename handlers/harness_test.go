@@ -31,6 +31,7 @@ import (
 	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/park"
 	"github.com/batonhq/baton/store"
+	"github.com/batonhq/baton/store/redisconn"
 )
 
 // The HTTP tests run the whole stack (handlers, store, real redis-server) and
@@ -168,7 +169,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	} else {
 		inspect = o.Redis.Client(t)
 	}
-	rdb, gate, err := store.NewGatedClient(o.RedisURL)
+	rdb, gate, err := redisconn.NewGatedClient(o.RedisURL)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -124,10 +124,10 @@ func newAdmission(rdb redis.UniversalClient, maxQueue int, maxWait time.Duration
 	}
 	a := &admission{m: m, inFlight: max(pool-1, 1), maxQueue: int64(maxQueue), maxWait: maxWait, stop: stop,
 		byRed: map[string]*turns{}, later: list.New()}
-	go func() {
+	goLabelled(labelAdmission, func() {
 		<-stop
 		a.runAllKept()
-	}()
+	})
 	return a
 }
 
@@ -169,7 +169,7 @@ func (s *Store) turnsFor(key string) *turns {
 	if s.topo == nil {
 		return s.adm.of("")
 	}
-	return s.adm.of(s.topo.master(key))
+	return s.adm.of(s.topo.Master(key))
 }
 
 // enter waits for a turn. Errors (nothing was sent): ErrOverloaded when the

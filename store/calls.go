@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/batonhq/baton/store/redisconn"
 )
 
 // Late copies, one rule. A script call whose connection broke or timed out
@@ -58,8 +60,8 @@ func unknown(err error) bool {
 // run makes the call and decodes its reply. A failure is a *callError.
 // Errors: ErrUnavailable once the store is closed, and those of tries.
 func (s *Store) run(ctx context.Context, c call) (reply, error) {
-	s.gate.RLock()
-	defer s.gate.RUnlock()
+	s.inFlight.RLock()
+	defer s.inFlight.RUnlock()
 	if s.closed {
 		return reply{}, &callError{err: fmt.Errorf("%s: store closed: %w", c.op.name, ErrUnavailable)}
 	}
@@ -102,7 +104,7 @@ func (s *Store) tries(ctx context.Context, c call) (reply, error) {
 			return rep, err
 		case !mayHaveRun(raw):
 			// Never sent: definite, and safe to send again once.
-			if attempt == 0 && ctx.Err() == nil && isConnError(raw) && !s.opt.Gate.Down() {
+			if attempt == 0 && ctx.Err() == nil && redisconn.IsConnError(raw) && !s.opt.Gate.Down() {
 				continue
 			}
 			if ran {
@@ -188,7 +190,7 @@ func (s *Store) attempt(ctx context.Context, c call, notAfter string) (rep reply
 	if name == "" {
 		name = c.op.name
 	}
-	ctx = context.WithValue(context.WithoutCancel(ctx), opKey{}, name) // names its span when traced (trace.go)
+	ctx = redisconn.WithOp(context.WithoutCancel(ctx), name) // names its span when traced
 	args := c.args(notAfter)
 	var v []any
 	if c.grant && s.opt.WaitReplicas > 0 {
@@ -201,17 +203,17 @@ func (s *Store) attempt(ctx context.Context, c call, notAfter string) (rep reply
 		return rep, err, nil
 	}
 	var rerr redis.Error
-	if errors.As(raw, &rerr) && !isConnError(raw) {
+	if errors.As(raw, &rerr) && !redisconn.IsConnError(raw) {
 		// An error reply: the script ran (and failed) or never ran; either way
 		// it is over.
 		return reply{}, s.storeErr(c.op.name, raw), nil
 	}
 	s.clusterErr(raw)
-	if isDialError(raw) {
+	if redisconn.IsDialError(raw) {
 		// Redis refuses connections (or they time out): keep everyone else away
 		// until it answers again. A broken connection alone is not that: the
 		// next call dials a new one.
-		s.opt.Gate.close()
+		s.opt.Gate.MarkDown()
 	}
 	return reply{}, s.storeErr(c.op.name, raw), raw
 }
@@ -221,7 +223,7 @@ func (s *Store) attempt(ctx context.Context, c call, notAfter string) (rep reply
 // before anything was sent is definite: a refused or timed-out dial, a pool
 // with no connection to give.
 func mayHaveRun(raw error) bool {
-	return !isDialError(raw) && !errors.Is(raw, redis.ErrPoolTimeout) && !errors.Is(raw, redis.ErrClosed)
+	return !redisconn.IsDialError(raw) && !errors.Is(raw, redis.ErrPoolTimeout) && !errors.Is(raw, redis.ErrClosed)
 }
 
 // errExpired: a call reached the store after its "not after" and changed

@@ -124,8 +124,8 @@ func (s *Store) capNow(ctx context.Context, key string) (int64, error) {
 // (an admission: no other admission between its count and its add). The call
 // does not end when the request's client goes away.
 func (s *Store) capsExec(ctx context.Context, key string, tx bool, fn func(p redis.Pipeliner)) error {
-	s.gate.RLock()
-	defer s.gate.RUnlock()
+	s.inFlight.RLock()
+	defer s.inFlight.RUnlock()
 	if s.closed {
 		return fmt.Errorf("caps: store closed: %w", ErrUnavailable)
 	}

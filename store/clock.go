@@ -114,9 +114,9 @@ func (s *Store) syncClock(ctx context.Context) {
 		sampleClock(ctx, s.rdb, &s.clock, false)
 		return
 	}
-	for _, addr := range s.topo.masters() {
+	for _, addr := range s.topo.Masters() {
 		v, _ := s.clocks.LoadOrStore(addr, &redisClock{})
-		sampleClock(ctx, s.topo.node(addr), v.(*redisClock), false)
+		sampleClock(ctx, s.topo.Node(addr), v.(*redisClock), false)
 	}
 }
 
@@ -151,12 +151,12 @@ func (s *Store) clockOf(key string) (*redisClock, redis.Cmdable) {
 	if s.topo == nil {
 		return &s.clock, s.rdb
 	}
-	addr := s.topo.master(key)
+	addr := s.topo.Master(key)
 	if addr == "" {
 		return nil, nil
 	}
 	v, _ := s.clocks.LoadOrStore(addr, &redisClock{})
-	return v.(*redisClock), s.topo.node(addr)
+	return v.(*redisClock), s.topo.Node(addr)
 }
 
 // clockKnown reports whether there is an estimate (of every master, on a
@@ -165,7 +165,7 @@ func (s *Store) clockKnown() bool {
 	if s.topo == nil {
 		return s.clock.sample.Load() != nil
 	}
-	masters := s.topo.masters()
+	masters := s.topo.Masters()
 	for _, addr := range masters {
 		v, ok := s.clocks.Load(addr)
 		if !ok || v.(*redisClock).sample.Load() == nil {
@@ -177,10 +177,10 @@ func (s *Store) clockKnown() bool {
 
 // syncNewClocks samples the clocks of the masters that have no estimate yet.
 func (s *Store) syncNewClocks(ctx context.Context) {
-	for _, addr := range s.topo.masters() {
+	for _, addr := range s.topo.Masters() {
 		v, _ := s.clocks.LoadOrStore(addr, &redisClock{})
 		if clk := v.(*redisClock); clk.sample.Load() == nil {
-			sampleClock(ctx, s.topo.node(addr), clk, false)
+			sampleClock(ctx, s.topo.Node(addr), clk, false)
 		}
 	}
 }
@@ -191,7 +191,7 @@ func (s *Store) syncNewClocks(ctx context.Context) {
 func (s *Store) runClock() {
 	changed := make(chan struct{}, 1)
 	if s.topo != nil {
-		s.topo.listen(func() {
+		s.topo.Listen(func() {
 			select {
 			case changed <- struct{}{}:
 			default:

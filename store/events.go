@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime/debug"
+	"runtime/pprof"
 	"sync"
 	"time"
 )
@@ -74,7 +75,14 @@ func (e *eventWait) fire(ev event) {
 	}
 	e.running = true
 	e.mu.Unlock()
-	go e.run()
+	go e.runLabelled()
+}
+
+// runLabelled is run on a goroutine of its own, labelled as a wait's step
+// rather than as its starter (a pub/sub reader, a timer: labels.go).
+func (e *eventWait) runLabelled() {
+	pprof.SetGoroutineLabels(waitLabels)
+	e.run()
 }
 
 // run hands the pending events to step until none is left or the wait is over.

@@ -104,10 +104,10 @@ func (s *Store) NotAfter(name string) string {
 }
 
 // MasterOf is the store's own idea of the master of the lock's slot.
-func (s *Store) MasterOf(name string) string { return s.topo.master(s.lockKey(name)) }
+func (s *Store) MasterOf(name string) string { return s.topo.Master(s.lockKey(name)) }
 
 // Masters is the store's own list of masters.
-func (s *Store) Masters() []string { return s.topo.masters() }
+func (s *Store) Masters() []string { return s.topo.Masters() }
 
 // SessionKey is the key of session id's hash (its slot is the session's).
 func SessionKey(s *Store, id string) string { return s.sessionKeys(id)[0] }
@@ -127,12 +127,4 @@ func (s *Store) CursorNode(ctx context.Context, cursor string) string {
 
 // NodeClients are the addresses the topology keeps a client (and its pool
 // of connections) for.
-func (s *Store) NodeClients() []string {
-	s.topo.mu.Lock()
-	defer s.topo.mu.Unlock()
-	var out []string
-	for a := range s.topo.nodes {
-		out = append(out, a)
-	}
-	return out
-}
+func (s *Store) NodeClients() []string { return s.topo.NodeAddrs() }

@@ -12,8 +12,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/batonhq/baton/lua"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/batonhq/baton/lua"
 )
 
 // Listing locks (GET /v1/locks): a SCAN over the locks' keys, which every
@@ -322,7 +323,7 @@ func (s *Store) scanNodes(ctx context.Context) ([]scanNode, error) {
 		if n == nil {
 			h := fnv.New32a()
 			h.Write([]byte(addr))
-			n = &scanNode{c: s.topo.node(addr), turns: s.adm.of(addr), first: r.Start, id: strconv.FormatUint(uint64(h.Sum32()), 36)}
+			n = &scanNode{c: s.topo.Node(addr), turns: s.adm.of(addr), first: r.Start, id: strconv.FormatUint(uint64(h.Sum32()), 36)}
 			byAddr[addr] = n
 		}
 		n.first = min(n.first, r.Start)

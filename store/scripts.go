@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/batonhq/baton/lua"
+	"github.com/batonhq/baton/store/redisconn"
 )
 
 // The scripts run as one Redis Functions library (lua.Library), loaded once
@@ -185,16 +186,16 @@ func (s *Store) exec(ctx context.Context, op *scriptOp, keys []string, args []an
 }
 
 // process sends cmd once: on a cluster without go-redis's retries after a
-// connection error (onceCmd), waiting out a slot's migration (TRYAGAIN).
+// connection error (redisconn.OnceCmd), waiting out a slot's migration (TRYAGAIN).
 func (s *Store) process(ctx context.Context, cmd *redis.Cmd) {
 	if s.cluster == nil {
 		_ = s.rdb.Process(ctx, cmd)
 		return
 	}
 	for attempt := 0; ; attempt++ {
-		once := onceCmd{cmd}
+		once := redisconn.OnceCmd{Cmd: cmd}
 		_ = s.cluster.Process(ctx, once)
-		if !tryAgain(ctx, cmd.Err(), attempt) {
+		if !redisconn.TryAgain(ctx, cmd.Err(), attempt) {
 			return
 		}
 		*cmd = *redis.NewCmd(ctx, cmd.Args()...)
@@ -211,7 +212,7 @@ func (s *Store) execPipelined(ctx context.Context, op *scriptOp, keys [][]string
 		for i := range keys {
 			cmds[i] = redis.NewCmd(ctx, s.ss.cmdArgs(op, false, keys[i], args[i])...)
 			if s.cluster != nil {
-				_ = p.Process(ctx, onceCmd{cmds[i]}) // a batch on a node that stalls is not sent again
+				_ = p.Process(ctx, redisconn.OnceCmd{Cmd: cmds[i]}) // a batch on a node that stalls is not sent again
 			} else {
 				_ = p.Process(ctx, cmds[i])
 			}

@@ -8,26 +8,41 @@
 // holder's remaining lease pokes the lock when the lease should have run out
 // (expiry runs no script), and every waiter re-checks when the pub/sub connection
 // comes back, because pub/sub drops messages while it is down.
+//
+// Connecting to Redis (URLs, Sentinel, the cluster's slot map, the health
+// gate, tracing) is package store/redisconn's. Here, by concern:
+//
+//   - the Store, its options and its life (store.go); the sentinel errors and
+//     the results (errors.go, types.go);
+//   - the lock operations: acquire, renew, release, force, state, cancel
+//     (ops.go), the waits and ticket polls (wait.go, ticketwait.go, watch.go,
+//     events.go), sessions (sessions.go),
+//     listing (list.go), the ids a request is made under (ids.go,
+//     requestids.go, secret.go);
+//   - the script calls: the scripts (scripts.go), one call with its "not
+//     after" and its retries (calls.go, clock.go), the replies (reply.go),
+//     the turns on the connections (admission.go), WAIT for replicas
+//     (replicas.go), what a cluster needs more (cluster.go);
+//   - the undo of unknown outcomes (undo.go);
+//   - the pub/sub dispatcher that wakes waiters (dispatcher*.go) and the
+//     profiler labels of the store's goroutines (labels.go).
 package store
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 	"github.com/rs/zerolog"
 
 	"github.com/batonhq/baton/lua"
 	"github.com/batonhq/baton/metrics"
+	"github.com/batonhq/baton/store/redisconn"
 )
 
 // Options configure a Store.
@@ -66,17 +81,17 @@ type Options struct {
 	MaxQueuedCalls int
 	MaxQueueWait   time.Duration
 
-	// Gate, from NewGatedClient, keeps calls away from a Redis that is down
+	// Gate, from redisconn.NewGatedClient, keeps calls away from a Redis that is down
 	// (they answer ErrUnavailable at once) and lets them through the moment it
 	// answers again; nil: none. Close closes it.
-	Gate *Gate
+	Gate *redisconn.Gate
 }
 
 // Store is the Redis lock store. It is safe for concurrent use.
 type Store struct {
 	rdb     redis.UniversalClient
 	cluster *redis.ClusterClient // nil unless rdb is one
-	topo    *topology            // the cluster's slot map (cluster.go); nil unless rdb is a cluster client
+	topo    *redisconn.Topology  // the cluster's slot map; nil unless rdb is a cluster client
 	clocks  sync.Map             // on a cluster: master address -> *redisClock
 	opt     Options
 	m       *metrics.Metrics
@@ -92,9 +107,10 @@ type Store struct {
 
 	undos *undoer // the undos under way (undo.go)
 
-	// gate lets Close wait for the calls in flight: each call holds it shared.
-	gate   sync.RWMutex
-	closed bool // guarded by gate
+	// inFlight lets Close wait for the calls in flight: each call holds it
+	// shared. (Not the health gate, opt.Gate.)
+	inFlight sync.RWMutex
+	closed   bool // guarded by inFlight
 
 	shutdown     chan struct{}
 	stopped      context.Context // ends with shutdown: waits hear of it through context.AfterFunc
@@ -102,154 +118,6 @@ type Store struct {
 	shutdownOnce sync.Once
 	closeOnce    sync.Once
 	unackedLog   atomic.Int64 // unix ms of the last unacknowledged-WAIT warning
-}
-
-// NewClient returns a go-redis client for a redis://, rediss://,
-// redis+sentinel://, redis+cluster:// or rediss+cluster:// URL, set up as the
-// store needs it: no automatic retries,
-// because go-redis would retry a script whose connection broke after it was sent,
-// and re-entry or release must never run twice. The store retries idempotent
-// scripts itself.
-//
-// A Sentinel URL names the sentinels and the master group:
-//
-//	redis+sentinel://[[user]:password@]host1[:port1][,host2[:port2]...]/mastername[/db][?sentinel_username=u&sentinel_password=p]
-//
-// The user and password are the Redis servers' (master and replicas); the
-// sentinels' own credentials, when they have any, go in the query. A port left
-// out is 26379. The client asks the sentinels for the master and follows it
-// through failovers.
-//
-// A Redis Cluster URL lists seed nodes (parseClusterURL):
-//
-//	redis+cluster://[[user]:password@]host1:port1[,host2:port2...]
-func NewClient(rawURL string) (redis.UniversalClient, error) {
-	return newClient(rawURL, nil)
-}
-
-// NewGatedClient is NewClient with a Gate (gate.go) on its dials; pass the gate
-// to the Store (Options.Gate), which closes it when Redis stops answering. A
-// cluster gets no gate (nil): one node down is not the cluster down, and the
-// cluster client marks and avoids failing nodes itself.
-func NewGatedClient(rawURL string) (redis.UniversalClient, *Gate, error) {
-	if isClusterURL(rawURL) {
-		rdb, err := newClusterClient(rawURL)
-		return rdb, nil, err
-	}
-	g := NewGate(rawURL)
-	rdb, err := newClient(rawURL, g)
-	return rdb, g, err
-}
-
-func newClient(rawURL string, g *Gate) (redis.UniversalClient, error) {
-	if isClusterURL(rawURL) {
-		return newClusterClient(rawURL)
-	}
-	if strings.HasPrefix(rawURL, sentinelScheme+"://") {
-		fo, err := parseSentinelURL(rawURL)
-		if err != nil {
-			return nil, urlError(rawURL, err)
-		}
-		connLimits(&fo.MaxRetries, &fo.DialerRetries, &fo.DialTimeout, &fo.ReadTimeout, &fo.WriteTimeout, &fo.ContextTimeoutEnabled)
-		if g != nil {
-			d := &net.Dialer{KeepAlive: 5 * time.Minute}
-			fo.Dialer = g.dialer(d.DialContext)
-		}
-		return redis.NewFailoverClient(fo), nil
-	}
-	opt, err := redis.ParseURL(rawURL)
-	if err != nil {
-		return nil, urlError(rawURL, err)
-	}
-	connLimits(&opt.MaxRetries, &opt.DialerRetries, &opt.DialTimeout, &opt.ReadTimeout, &opt.WriteTimeout, &opt.ContextTimeoutEnabled)
-	opt.MaintNotificationsConfig = noMaintNotifications()
-	if g != nil {
-		opt.Dialer = g.dialer(redis.NewDialer(opt))
-	}
-	return redis.NewClient(opt), nil
-}
-
-// noMaintNotifications turns off go-redis's handling of Redis Enterprise's
-// maintenance push notifications (on by default since v9.16): open-source
-// Redis sends none, and each client (each cluster node's too) would keep a
-// goroutine of its own for it.
-func noMaintNotifications() *maintnotifications.Config {
-	return &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-}
-
-// connLimits sets what the plain and the Sentinel client share (go-redis has a
-// type of options for each): no command retries by go-redis (the store retries
-// what is safe to retry itself); one dial attempt, so that while Redis is down
-// the answer is 503 at once rather than after go-redis's five attempts (the
-// client retries after Retry-After); 2 s per dial, read and write; and the
-// request's context deadline honoured.
-func connLimits(maxRetries, dialerRetries *int, dial, read, write *time.Duration, useContext *bool) {
-	*maxRetries, *dialerRetries = -1, 1
-	*dial, *read, *write = 2*time.Second, 2*time.Second, 2*time.Second
-	*useContext = true
-}
-
-const sentinelScheme = "redis+sentinel"
-
-// parseSentinelURL reads the redis+sentinel:// form NewClient documents. It never
-// echoes the URL in an error: it may carry a password.
-func parseSentinelURL(rawURL string) (*redis.FailoverOptions, error) {
-	// net/url cannot parse a host list ("h1:1,h2:2" has a port "2,h2:2"): take the
-	// hosts out, and let it parse the rest.
-	rest := strings.TrimPrefix(rawURL, sentinelScheme+"://")
-	end := strings.IndexAny(rest, "/?#")
-	if end < 0 {
-		end = len(rest)
-	}
-	authority := rest[:end]
-	hosts := authority
-	userinfo := ""
-	if at := strings.LastIndex(authority, "@"); at >= 0 {
-		userinfo, hosts = authority[:at+1], authority[at+1:]
-	}
-	u, err := url.Parse(sentinelScheme + "://" + userinfo + "sentinels" + rest[end:])
-	if err != nil {
-		return nil, errors.New("not a valid URL")
-	}
-	fo := &redis.FailoverOptions{}
-	if u.User != nil {
-		fo.Username = u.User.Username()
-		fo.Password, _ = u.User.Password()
-	}
-	for _, hp := range strings.Split(hosts, ",") {
-		if hp == "" {
-			return nil, errors.New("empty sentinel address")
-		}
-		host, port, err := net.SplitHostPort(hp)
-		if err != nil { // no port: "h", or an IPv6 literal "[::1]"
-			host, port = strings.TrimSuffix(strings.TrimPrefix(hp, "["), "]"), "26379"
-		}
-		if host == "" || port == "" {
-			return nil, fmt.Errorf("sentinel address %q: want host:port", hp)
-		}
-		fo.SentinelAddrs = append(fo.SentinelAddrs, net.JoinHostPort(host, port))
-	}
-	path := strings.Split(strings.Trim(u.Path, "/"), "/")
-	if path[0] == "" || len(path) > 2 {
-		return nil, errors.New("want /mastername or /mastername/db after the sentinel addresses")
-	}
-	fo.MasterName = path[0]
-	if len(path) == 2 {
-		if fo.DB, err = strconv.Atoi(path[1]); err != nil || fo.DB < 0 {
-			return nil, fmt.Errorf("invalid database number %q", path[1])
-		}
-	}
-	for k, v := range u.Query() {
-		switch k {
-		case "sentinel_username":
-			fo.SentinelUsername = v[len(v)-1]
-		case "sentinel_password":
-			fo.SentinelPassword = v[len(v)-1]
-		default:
-			return nil, fmt.Errorf("unknown option %q (known: sentinel_username, sentinel_password)", k)
-		}
-	}
-	return fo, nil
 }
 
 // New returns a Store on rdb and starts its pub/sub dispatcher. Close stops it.
@@ -299,10 +167,10 @@ func New(rdb redis.UniversalClient, opt Options) *Store {
 	s.adm = newAdmission(rdb, opt.MaxQueuedCalls, opt.MaxQueueWait, opt.Metrics, s.shutdown)
 	s.stopped, s.stop = context.WithCancel(context.Background())
 	if cc != nil {
-		s.topo = newTopology(cc)
+		s.topo = redisconn.NewTopology(cc)
 	}
 	s.disp = newDispatcher(rdb, s.topo, s.pokeLock, opt.Logger, s.m)
-	go s.runClock()
+	goLabelled(labelClock, s.runClock)
 	opt.Gate.OnOpen(func() { // Redis is back, perhaps empty: give it the secret back
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
@@ -328,7 +196,7 @@ func (s *Store) Ready(ctx context.Context) error {
 	if s.opt.Gate.Down() {
 		return fmt.Errorf("ready: %w: redis is down (health gate)", ErrUnavailable)
 	}
-	if s.topo != nil && !s.topo.loaded.Load() {
+	if s.topo != nil && !s.topo.Loaded() {
 		return fmt.Errorf("ready: %w: the cluster's slot map is not loaded yet", ErrUnavailable)
 	}
 	if !s.clockKnown() {
@@ -357,17 +225,17 @@ func (s *Store) Shutdown() {
 func (s *Store) Close() error {
 	s.Shutdown()
 	s.closeOnce.Do(func() {
-		s.gate.Lock()
+		s.inFlight.Lock()
 		s.closed = true
-		s.gate.Unlock()
+		s.inFlight.Unlock()
 		// A request whose call just failed queues its undo after the call gave
-		// the gate back: wait for those requests, then for the undos.
+		// inFlight back: wait for those requests, then for the undos.
 		s.awaitUndos(time.Now().Add(closeUndoWait))
 		s.opt.Gate.Close()
 	})
 	err := s.disp.close()
 	if s.topo != nil {
-		s.topo.close()
+		s.topo.Close()
 	}
 	return err
 }
@@ -396,93 +264,6 @@ func (s *Store) channel(name string) string {
 	return s.opt.Prefix + ":{" + name + "}:ev"
 }
 
-// evalWait runs a script and then WAIT in one pipeline: go-redis sends a
-// pipeline's commands on one connection, and WAIT covers the writes made on its
-// own connection. Between the two goes a PUBLISH to a channel nobody listens on,
-// which Redis replicates: it moves the connection's replication offset to the
-// master's latest, so that WAIT also covers a grant the script only read (one made
-// on another connection, as when a release hands the lock to a polling ticket).
-// On a cluster, evalWaitCluster does the same on the slot's master.
-//
-// Script.Run's EVALSHA-then-EVAL fallback cannot work inside a pipeline (the
-// NOSCRIPT error is only known once the pipeline has run), so it is done here: a
-// NOSCRIPT reply means the script did not run, and the pipeline is sent again
-// with EVAL. A broken connection is returned as the script's error, since whether
-// the change reached a replica is then unknown.
-func (s *Store) evalWait(ctx context.Context, op *scriptOp, keys []string, args []any) ([]any, error) {
-	var v []any
-	var acked int64
-	var err error
-	if s.cluster != nil {
-		var werr error
-		v, acked, werr, err = s.evalWaitCluster(ctx, op, keys, args)
-		if err != nil {
-			return nil, err
-		}
-		err = werr
-	} else {
-		var script, wait *redis.Cmd
-		eval := false
-		for range 4 {
-			_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-				script = p.Do(ctx, s.ss.cmdArgs(op, eval, keys, args)...)
-				p.Publish(ctx, s.opt.Prefix+":wait", "")
-				// Pipeliner has no Wait method.
-				wait = p.Do(ctx, "wait", s.opt.WaitReplicas, s.opt.WaitTimeout.Milliseconds())
-				return nil
-			})
-			if !s.resend(ctx, script.Err(), keys[0], &eval) {
-				break
-			}
-		}
-		if v, err = script.Slice(); err != nil {
-			return nil, err
-		}
-		acked, err = wait.Int64()
-	}
-	if err != nil && isConnError(err) {
-		return nil, err
-	}
-	if (err != nil || acked < int64(s.opt.WaitReplicas)) && changesHolder(v) {
-		s.unacked(op.name, acked, err)
-	}
-	return v, nil
-}
-
-// changesHolder reports whether a script reply may have granted, renewed, freed
-// or handed on a lock: every reply but the ones that change nothing a holder
-// relies on.
-func changesHolder(v []any) bool {
-	if len(v) == 0 {
-		return false
-	}
-	code, _ := v[0].(string)
-	switch code {
-	case "busy", "queued", "not_held", "gone":
-		return false
-	}
-	return true
-}
-
-// unacked counts a change fewer replicas acknowledged than WaitReplicas within
-// WaitTimeout, and warns, at most once a second (a replica that is down would
-// otherwise log every grant).
-func (s *Store) unacked(op string, acked int64, err error) {
-	s.m.WaitUnacked.Inc()
-	now := time.Now().UnixMilli()
-	last := s.unackedLog.Load()
-	if now-last < 1000 || !s.unackedLog.CompareAndSwap(last, now) {
-		return
-	}
-	ev := s.opt.Logger.Warn().Str("op", op).Int64("acked", acked).Int("wanted", s.opt.WaitReplicas).
-		Dur("timeout", s.opt.WaitTimeout)
-	if err != nil {
-		ev = ev.Err(err)
-	}
-	ev.Msg("replicas did not acknowledge a grant in time: it stands, but a failover now could lose it " +
-		"(counted in baton_wait_unacked_total; warned at most once a second)")
-}
-
 // storeErr counts a failed Redis call and classifies it: no connection free
 // in the pool in time is ErrOverloaded (a queue in this process, not Redis
 // down); unreachable, timed out, failing over or loading is ErrUnavailable;
@@ -494,7 +275,7 @@ func (s *Store) storeErr(op string, err error) error {
 		s.m.Overloaded.WithLabelValues("pool_timeout").Inc()
 		return fmt.Errorf("%s: %w: %w", op, ErrOverloaded, err)
 	}
-	if isConnError(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if redisconn.IsConnError(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err)
 	}
 	var rerr redis.Error
@@ -507,30 +288,6 @@ func (s *Store) storeErr(op string, err error) error {
 		}
 	}
 	return fmt.Errorf("%s: %w", op, err)
-}
-
-// isDialError reports a failure to connect at all: refused, unreachable, or a
-// dial that timed out.
-func isDialError(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
-}
-
-// isConnError reports a broken, refused or timed-out connection, or a closed pool.
-func isConnError(err error) bool {
-	if errors.Is(err, redis.ErrClosed) || errors.Is(err, net.ErrClosed) {
-		return true
-	}
-	var nerr net.Error
-	if errors.As(err, &nerr) {
-		return true
-	}
-	var rerr redis.Error
-	if errors.As(err, &rerr) {
-		return false
-	}
-	msg := err.Error()
-	return strings.Contains(msg, "EOF") || strings.Contains(msg, "connection") || strings.Contains(msg, "pool timeout")
 }
 
 func (s *Store) reserveWaiter() error {

@@ -109,8 +109,8 @@ func (s *Store) undoOnce(ctx context.Context, u undo) (string, error) {
 // called. Once the store is closed it counts nothing: every call of the
 // request is refused before anything is sent, so it has nothing to undo.
 func (s *Store) track() (done func()) {
-	s.gate.RLock()
-	defer s.gate.RUnlock()
+	s.inFlight.RLock()
+	defer s.inFlight.RUnlock()
 	if s.closed {
 		return func() {}
 	}

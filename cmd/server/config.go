@@ -84,7 +84,7 @@ type Config struct {
 const (
 	// storeWorstCall is the longest one store call can take: two attempts (an
 	// acquire whose connection broke is sent once more), each of which may dial
-	// (2 s) and wait for its reply (2 s read timeout; see store.NewClient).
+	// (2 s) and wait for its reply (2 s read timeout; see redisconn.NewClient).
 	storeWorstCall = store.WorstCall
 	// longPollSlack is how much longer than the longest wait the HTTP server
 	// gives a response: for the store calls after the wait (two at most: the

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/batonhq/baton/internal/embedded"
 )
 
 // The zero-setup mode of `make run`: no BATON_REDIS_URL starts the embedded store.
@@ -62,7 +64,7 @@ func TestEmbeddedStore(t *testing.T) {
 func TestEmbeddedStoreNeedsPassword(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	emb, err := startEmbedded(ctx)
+	emb, err := embedded.Start(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,16 +74,26 @@ func TestEmbeddedStoreNeedsPassword(t *testing.T) {
 	if err := anyone.Set(ctx, "k", "v", 0).Err(); err == nil || !strings.Contains(err.Error(), "NOAUTH") {
 		t.Fatalf("SET without a password: got %v, want NOAUTH", err)
 	}
-	if err := startTestEmbedded(t).Set(ctx, "k", "v", 0).Err(); err != nil {
+	opt, err := redis.ParseURL(emb.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := redis.NewClient(opt)
+	t.Cleanup(func() { owner.Close() })
+	if err := owner.Set(ctx, "k", "v", 0).Err(); err != nil {
 		t.Fatalf("SET with the URL's password: %v", err)
 	}
-	other, err := startEmbedded(ctx)
+	other, err := embedded.Start(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(other.Close)
-	if other.password == emb.password || len(emb.password) < 40 {
-		t.Errorf("passwords %q and %q: want a new random one each start", emb.password, other.password)
+	otherOpt, err := redis.ParseURL(other.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if otherOpt.Password == opt.Password || len(opt.Password) < 40 {
+		t.Errorf("passwords %q and %q: want a new random one each start", opt.Password, otherOpt.Password)
 	}
 
 	// The server's own store: its address is logged, its password is not.

@@ -21,8 +21,10 @@ import (
 
 	"github.com/batonhq/baton/api"
 	"github.com/batonhq/baton/handlers"
+	"github.com/batonhq/baton/internal/embedded"
 	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/store"
+	"github.com/batonhq/baton/store/redisconn"
 )
 
 func main() {
@@ -109,7 +111,7 @@ func serve(ctx context.Context, cfg Config, log zerolog.Logger, listening func(n
 	if url == "" {
 		embedCtx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		emb, err := startEmbedded(embedCtx)
+		emb, err := embedded.Start(embedCtx)
 		if err != nil {
 			return fmt.Errorf("embedded store: %w", err)
 		}
@@ -118,13 +120,13 @@ func serve(ctx context.Context, cfg Config, log zerolog.Logger, listening func(n
 		log.Warn().Str("addr", emb.Addr()).Msg("BATON_REDIS_URL is empty: using the embedded in-process store. " +
 			"It is for trying Baton out (one process, nothing kept), never for production: set BATON_REDIS_URL.")
 	}
-	rdb, gate, err := store.NewGatedClient(url)
+	rdb, gate, err := redisconn.NewGatedClient(url)
 	if err != nil {
 		return err
 	}
 	defer rdb.Close()
 	if cfg.tracer != nil {
-		if err := store.Trace(rdb, cfg.tracer); err != nil {
+		if err := redisconn.Trace(rdb, cfg.tracer); err != nil {
 			return fmt.Errorf("tracing: %w", err)
 		}
 	}

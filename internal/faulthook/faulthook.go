@@ -5,7 +5,7 @@
 // A Hook is installed on a client a test makes itself, before the store gets
 // it:
 //
-//	rdb, _ := store.NewClient(url)
+//	rdb, _ := redisconn.NewClient(url)
 //	h := faulthook.New()
 //	rdb.AddHook(h) // or faulthook.Install(rdb), which also reads its read timeout
 //	s := store.New(rdb, opts)
@@ -103,7 +103,7 @@ type Rule struct {
 }
 
 // DefaultReadTimeout is the read timeout a Hook made by New assumes, the
-// store's (store.NewClient).
+// store's (redisconn.NewClient).
 const DefaultReadTimeout = 2 * time.Second
 
 // Hook is a go-redis hook (redis.Hook) that applies the rules armed on it.

@@ -1,4 +1,4 @@
-package main
+package embedded
 
 import (
 	"context"
@@ -200,7 +200,7 @@ func TestEmbeddedActiveExpiry(t *testing.T) {
 func TestEmbeddedExpiryForgetsDeletedKeys(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	emb, err := startEmbedded(ctx)
+	emb, err := Start(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +235,7 @@ func startTestEmbedded(t *testing.T, tweak ...func(*redis.Options)) *redis.Clien
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	emb, err := startEmbedded(ctx)
+	emb, err := Start(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

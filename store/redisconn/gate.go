@@ -1,9 +1,10 @@
-package store
+package redisconn
 
 import (
 	"context"
 	"errors"
 	"net"
+	"runtime/pprof"
 	"sync"
 	"time"
 
@@ -56,8 +57,8 @@ func (g *Gate) Down() bool {
 	return g.down
 }
 
-// close shuts the gate and starts probing, unless it is closed already.
-func (g *Gate) close() {
+// MarkDown shuts the gate and starts probing, unless it is closed already.
+func (g *Gate) MarkDown() {
 	if g == nil {
 		return
 	}
@@ -73,7 +74,9 @@ func (g *Gate) close() {
 	}
 	g.down = true
 	g.opens = make(chan struct{})
-	go g.probeUntilUp(g.opens)
+	opens := g.opens
+	// Labelled for goroutine profiles, as the store labels its own.
+	go pprof.Do(context.Background(), pprof.Labels("baton", "gate-probe"), func(context.Context) { g.probeUntilUp(opens) })
 }
 
 // probeUntilUp pings Redis until it answers, then opens the gate.

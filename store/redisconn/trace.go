@@ -1,4 +1,4 @@
-package store
+package redisconn
 
 import (
 	"context"
@@ -24,8 +24,14 @@ func Trace(rdb redis.UniversalClient, tp trace.TracerProvider) error {
 	return err
 }
 
-// opKey carries the store operation of a script call (attempt sets it).
+// opKey carries the store operation of a script call (WithOp).
 type opKey struct{}
+
+// WithOp marks ctx as that of a call for the store operation op: a traced
+// command sent with it has its span named after op.
+func WithOp(ctx context.Context, op string) context.Context {
+	return context.WithValue(ctx, opKey{}, op)
+}
 
 // scriptNames names the span of each script call after its operation.
 type scriptNames struct{}
