@@ -229,3 +229,8 @@ func mayHaveRun(raw error) bool {
 // errExpired: a call reached the store after its "not after" and changed
 // nothing; definite, so nothing is undone.
 var errExpired = errors.New("call reached the store too late")
+
+// clientGone is the error of a request whose client went away: nobody reads it.
+func clientGone(op string, ctx context.Context) error {
+	return fmt.Errorf("%s: client gone: %w: %w", op, ErrUnavailable, ctx.Err())
+}

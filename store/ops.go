@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/batonhq/baton/lua"
@@ -393,9 +392,4 @@ func (s *Store) pokeLock(ctx context.Context, name string) (bool, time.Duration,
 		return true, rep.ms(0), nil
 	}
 	return false, 0, nil
-}
-
-// clientGone is the error of a request whose client went away: nobody reads it.
-func clientGone(op string, ctx context.Context) error {
-	return fmt.Errorf("%s: client gone: %w: %w", op, ErrUnavailable, ctx.Err())
 }
