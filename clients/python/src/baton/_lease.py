@@ -4,15 +4,24 @@ from __future__ import annotations
 
 import logging
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Type
+from typing import Any, Callable, Dict, Optional, Protocol, Type
 from urllib.parse import quote
 
 from ._errors import BatonError, LeaseLost
 from ._keeper import KeptAlive
 from ._transport import Transport, lock_path
 
-if TYPE_CHECKING:  # for annotations only: _session imports this module
-    from ._session import Session
+
+class Holder(Protocol):
+    """What a lease needs of the session it belongs to (a ``Session``): this
+    module stays below ``_session``, which imports it, and never imports it
+    back."""
+
+    def renew(self, ttl: Optional[float] = None) -> Any: ...
+
+    def _forget(self, lease: "Lease") -> None: ...
+
+    def _keeper_deadline(self) -> float: ...
 
 log = logging.getLogger("baton")
 
@@ -43,7 +52,7 @@ class Lease(KeptAlive):
         *,
         ttl_ms: Optional[int],
         since: float,
-        session: Optional[Session] = None,
+        session: Optional[Holder] = None,
         on_lost: Optional[LostCallback] = None,
     ) -> None:
         self._id = str(doc["lease"])
@@ -88,7 +97,7 @@ class Lease(KeptAlive):
         return self._path
 
     @property
-    def session(self) -> Optional[Session]:
+    def session(self) -> Optional[Holder]:
         """The session this hold belongs to, if any."""
         return self._session
 
