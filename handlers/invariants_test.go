@@ -208,7 +208,21 @@ type invLease struct {
 	ticket    *invTicket
 	unclaimed bool // granted to a ticket whose owner has not polled since
 	known     bool // the client has the lease id (a 201, or a 200 poll)
-	confirmed bool // renewed or re-entered since: a cancel of its ticket leaves it
+	confirmed bool // renewed, re-entered or handed out again and again since: a cancel of its ticket leaves it
+	handed    int  // polls answered 200 with it (each one's answer is on the grant's list)
+}
+
+// invMaxHanded is how many answers a grant is handed to before the server counts
+// it as its owner's, as a renewal would (lua/lib.lua MAX_HANDED): one more poll
+// answered 200 confirms it.
+const invMaxHanded = 4
+
+// handOut notes a poll answered 200 with the grant.
+func (h *invLease) handOut() {
+	h.handed++
+	if h.handed > invMaxHanded {
+		h.confirmed = true
+	}
 }
 
 type invTicket struct {
@@ -495,6 +509,7 @@ func (v *invRun) poll(L *invLock) {
 				v.fail(L, "poll #%d: %s, want fence %d count %d", tk.seq, r.Raw, h.fence, h.count)
 			}
 			h.unclaimed, h.known = false, true
+			h.handOut()
 		case queued:
 			if w.alive(tk.exp) == invNo || L.holderAlive(w) == invYes {
 				v.fail(L, "poll #%d: granted a dead ticket or over a live holder: %s", tk.seq, r.Raw)
@@ -871,7 +886,16 @@ func (v *invRun) reconcile(L *invLock, eff invEffects) invSnap {
 		}
 	}
 	if eff.granted != nil && next != eff.granted {
-		v.fail(L, "201 answered, but Redis holds %v", s.lock)
+		// The lease lives its ttl from when the script ran, which is no earlier
+		// than the request was sent; a slow answer or a late look (a loaded
+		// machine) can outlast it.
+		if len(s.lock) != 0 || s.now < eff.w.sent+eff.granted.ttl-invSlack {
+			v.fail(L, "201 answered, but Redis holds %v (the look %dms after the request was sent, ttl %d)",
+				s.lock, s.now-eff.w.sent, eff.granted.ttl)
+		}
+		L.lastFence = eff.granted.fence
+		L.stale = invKeep(L.stale, eff.granted.id)
+		v.outcomes["event: granted lease ran out before the look"]++
 	}
 	if eff.claimed != nil && (next == nil || next.ticket != eff.claimed) {
 		v.fail(L, "poll #%d answered 200, but Redis holds %v", eff.claimed.seq, s.lock)
@@ -943,8 +967,12 @@ func (v *invRun) ticketGrant(L *invLock, i int, s invSnap, eff invEffects) *invL
 		v.fail(L, "ticket #%d was granted but its key is still there", tk.seq)
 	}
 	id := invTicketLease(tk.id)
-	return &invLease{id: id, lh: tk.lh, owner: tk.owner, count: 1, ttl: tk.ttl, ticket: tk,
+	g := &invLease{id: id, lh: tk.lh, owner: tk.owner, count: 1, ttl: tk.ttl, ticket: tk,
 		unclaimed: eff.claimed != tk, known: eff.claimed == tk}
+	if eff.claimed == tk {
+		g.handOut()
+	}
+	return g
 }
 
 // newGrant checks a grant made in this step: a fence above every earlier one, and
