@@ -20,11 +20,11 @@ import (
 // Listing locks (GET /v1/locks): a SCAN over the locks' keys, which every
 // held or queued lock has (a lock's key lives while it has holds or a queue,
 // and for the fence guard after), in Redis's scan order, not name order. The
-// cursor is Redis's own (with the node's place on a cluster) and the names of
-// the batch a page ended in that it did not get to, so it survives other
-// replicas and ends: SCAN
-// visits every key that exists from start to end of the iteration, and may
-// return a key twice, so a name can appear on two pages.
+// cursor is Redis's own (on a cluster, with the node it is of: see below) and
+// the names of the batch a page ended in that it did not get to, so it
+// survives other replicas and ends: SCAN visits every key that exists from
+// start to end of the iteration, and may return a key twice, so a name can
+// appear on two pages.
 //
 // A page never scans a batch again: SCAN from one cursor returns a different
 // batch once keys have come and gone (its COUNT is of keys, whichever), so

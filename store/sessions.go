@@ -240,7 +240,7 @@ func (s *Store) sessionHoldsOp(ctx context.Context, ref Ref, op string, ttl time
 		byLock[name] = append(byLock[name], sessionMember{raw: m, nonce: nonce, name: name})
 	}
 	sort.Strings(names)
-	// The pipeline is sent once (pipeScripter), so it gets one attempt's budget
+	// The pipeline is sent once (never retried), so it gets one attempt's budget
 	// (its write and read timeouts) in all: a stalled node, and go-redis's
 	// handling of it (marking it failing, reloading the slot map), never hold
 	// the answer past that (TestSessionWithAHoldOnAStalledShardAnswersWithinWorstCall).
