@@ -14,13 +14,14 @@ import (
 	"github.com/batonhq/baton/internal/faulthook"
 	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/store"
+	"github.com/batonhq/baton/store/redisconn"
 )
 
 // faultySmallPoolStore is smallPoolStore on the shared Redis with a fault
 // hook on its client: two connections, so one call in flight at a time.
 func faultySmallPoolStore(t *testing.T, opt store.Options) (*store.Store, *faulthook.Hook, *metrics.Metrics) {
 	t.Helper()
-	rdb, err := store.NewClient(shared.URL() + "?pool_size=2&pool_timeout=1ms")
+	rdb, err := redisconn.NewClient(shared.URL() + "?pool_size=2&pool_timeout=1ms")
 	if err != nil {
 		t.Fatal(err)
 	}

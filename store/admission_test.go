@@ -15,6 +15,7 @@ import (
 	"github.com/batonhq/baton/internal/redistest"
 	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/store"
+	"github.com/batonhq/baton/store/redisconn"
 )
 
 // smallPoolStore is a store whose client has two connections, and whose pool
@@ -22,7 +23,7 @@ import (
 // go-redis's pool would fail there at once.
 func smallPoolStore(t *testing.T, srv *redistest.Server, opt store.Options) (*store.Store, *metrics.Metrics) {
 	t.Helper()
-	rdb, err := store.NewClient(srv.URL() + "?pool_size=2&pool_timeout=1ms")
+	rdb, err := redisconn.NewClient(srv.URL() + "?pool_size=2&pool_timeout=1ms")
 	if err != nil {
 		t.Fatal(err)
 	}

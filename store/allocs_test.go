@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/store"
+	"github.com/batonhq/baton/store/redisconn"
 )
 
 // BenchmarkAcquireRelease is the store's side of an uncontended exclusive
@@ -29,7 +30,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 
 func newStoreB(b *testing.B) *store.Store {
 	b.Helper()
-	rdb, err := store.NewClient(shared.URL())
+	rdb, err := redisconn.NewClient(shared.URL())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/batonhq/baton/internal/faulthook"
 	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/store"
+	"github.com/batonhq/baton/store/redisconn"
 	"github.com/rs/zerolog"
 )
 
@@ -57,7 +58,7 @@ func TestHandoffLatencyIsMeasuredOnOneClock(t *testing.T) {
 	ctx := context.Background()
 	mr := miniredis.RunT(t)
 	mr.SetTime(time.Now().Add(-time.Hour))
-	rdb, err := store.NewClient("redis://" + mr.Addr())
+	rdb, err := redisconn.NewClient("redis://" + mr.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +122,7 @@ func TestHandoffTTLFromRedisClock(t *testing.T) {
 	for _, skew := range []time.Duration{-time.Hour, time.Hour} {
 		m := miniredis.RunT(t)
 		m.SetTime(time.Now().Add(skew))
-		rdb, err := store.NewClient("redis://" + m.Addr())
+		rdb, err := redisconn.NewClient("redis://" + m.Addr())
 		if err != nil {
 			t.Fatal(err)
 		}

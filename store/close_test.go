@@ -12,6 +12,7 @@ import (
 	"github.com/batonhq/baton/internal/faulthook"
 	"github.com/batonhq/baton/internal/redistest"
 	"github.com/batonhq/baton/store"
+	"github.com/batonhq/baton/store/redisconn"
 )
 
 // Close (a gateway stopping, without a Shutdown long before it) must leave
@@ -99,7 +100,7 @@ func TestCloseWithParkedWaitsIsPrompt(t *testing.T) {
 // nobody knows.
 func TestCloseRightAfterAGrantWhoseClientLeftLeavesNoHold(t *testing.T) {
 	prefix := closePrefix("cg")
-	rdb, err := store.NewClient(shared.URL())
+	rdb, err := redisconn.NewClient(shared.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +137,7 @@ func TestCloseRightAfterAGrantWhoseClientLeftLeavesNoHold(t *testing.T) {
 func TestCloseWaitsForCallsInFlight(t *testing.T) {
 	srv := redistest.Start(t)
 	prefix := "cl"
-	rdb, err := store.NewClient(srv.URL())
+	rdb, err := redisconn.NewClient(srv.URL())
 	if err != nil {
 		t.Fatal(err)
 	}

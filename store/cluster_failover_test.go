@@ -19,6 +19,7 @@ import (
 	"github.com/batonhq/baton/internal/redistest"
 	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/store"
+	"github.com/batonhq/baton/store/redisconn"
 )
 
 // otherMaster is a running master of c other than not.
@@ -184,7 +185,7 @@ func TestMasterKilledUnderEveryKindOfLongPoll(t *testing.T) {
 	c := redistest.StartCluster(t, redistest.ClusterConfig{})
 	ctx := context.Background()
 	before := runtime.NumGoroutine()
-	rdb, err := store.NewClient(c.URL())
+	rdb, err := redisconn.NewClient(c.URL())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/batonhq/baton/internal/redistest"
 	"github.com/batonhq/baton/store"
+	"github.com/batonhq/baton/store/redisconn"
 	"github.com/rs/zerolog"
 )
 
@@ -195,7 +196,7 @@ func startIPv6Cluster(t *testing.T) (*redistest.Cluster, string) {
 // SSUBSCRIBE.
 func TestWaitReplicasFollowsARedirectToAnIPv6Node(t *testing.T) {
 	c, url := startIPv6Cluster(t)
-	rdb, err := store.NewClient(url)
+	rdb, err := redisconn.NewClient(url)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,17 +18,18 @@ import (
 	"github.com/batonhq/baton/internal/redistest"
 	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/store"
+	"github.com/batonhq/baton/store/redisconn"
 )
 
 // newClusterStore returns a store on cluster c with a prefix of its own.
 func newClusterStore(t *testing.T, c *redistest.Cluster, opt store.Options) *store.Store {
 	t.Helper()
-	rdb, err := store.NewClient(c.URL())
+	rdb, err := redisconn.NewClient(c.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := rdb.(*redis.ClusterClient); !ok {
-		t.Fatalf("NewClient(%s) made a %T, want a cluster client", c.URL(), rdb)
+		t.Fatalf("redisconn.NewClient(%s) made a %T, want a cluster client", c.URL(), rdb)
 	}
 	if opt.Prefix == "" {
 		opt.Prefix = "c" + strconv.FormatInt(prefixes.Add(1), 10)
@@ -400,7 +401,7 @@ func TestClusterFailover(t *testing.T) {
 func TestClusterLinksSettleOnePerMaster(t *testing.T) {
 	c := redistest.StartCluster(t, redistest.ClusterConfig{NodeTimeout: time.Second})
 	ctx := context.Background()
-	rdb, err := store.NewClient(c.URL())
+	rdb, err := redisconn.NewClient(c.URL())
 	if err != nil {
 		t.Fatal(err)
 	}

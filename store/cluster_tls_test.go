@@ -23,6 +23,7 @@ import (
 	"github.com/batonhq/baton/internal/redistest"
 	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/store"
+	"github.com/batonhq/baton/store/redisconn"
 )
 
 // writeClusterCerts writes a CA and a server certificate for 127.0.0.1 and ::1
@@ -120,7 +121,7 @@ func TestTLSClusterGrantsAndWakesOnEveryShard(t *testing.T) {
 }
 
 func tlsClusterChild(t *testing.T, url string) {
-	rdb, err := store.NewClient(url)
+	rdb, err := redisconn.NewClient(url)
 	if err != nil {
 		t.Fatal(err)
 	}

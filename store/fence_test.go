@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/batonhq/baton/store"
+	"github.com/batonhq/baton/store/redisconn"
 )
 
 // TestFenceGuardClockSteps runs the scripts on the embedded store, whose clock a
@@ -21,7 +22,7 @@ func TestFenceGuardClockSteps(t *testing.T) {
 	m := miniredis.RunT(t)
 	base := time.UnixMilli(1_800_000_000_000)
 	m.SetTime(base)
-	rdb, err := store.NewClient("redis://" + m.Addr())
+	rdb, err := redisconn.NewClient("redis://" + m.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}

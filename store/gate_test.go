@@ -10,6 +10,7 @@ import (
 
 	"github.com/batonhq/baton/internal/redistest"
 	"github.com/batonhq/baton/store"
+	"github.com/batonhq/baton/store/redisconn"
 )
 
 // Redis dies and comes back: while it is down every call answers
@@ -18,7 +19,7 @@ import (
 // second after the dials it saw fail).
 func TestGateRecovery(t *testing.T) {
 	srv := redistest.Start(t)
-	rdb, gate, err := store.NewGatedClient(srv.URL())
+	rdb, gate, err := redisconn.NewGatedClient(srv.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +75,7 @@ func TestGateRecovery(t *testing.T) {
 // wait behind it for ever (as a SIGTERM while Redis is down would).
 func TestCloseWhileRedisIsDown(t *testing.T) {
 	srv := redistest.Start(t)
-	rdb, gate, err := store.NewGatedClient(srv.URL())
+	rdb, gate, err := redisconn.NewGatedClient(srv.URL())
 	if err != nil {
 		t.Fatal(err)
 	}

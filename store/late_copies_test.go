@@ -12,6 +12,7 @@ import (
 
 	"github.com/batonhq/baton/internal/faulthook"
 	"github.com/batonhq/baton/store"
+	"github.com/batonhq/baton/store/redisconn"
 )
 
 // Late copies of a request's calls. A call whose connection broke may still
@@ -330,7 +331,7 @@ func (timeRefused) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // Redis clock, with a fault hook.
 func clocklessStore(t *testing.T) (*store.Store, *faulthook.Hook) {
 	t.Helper()
-	rdb, err := store.NewClient(shared.URL())
+	rdb, err := redisconn.NewClient(shared.URL())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/batonhq/baton/internal/redistest"
 	"github.com/batonhq/baton/store"
+	"github.com/batonhq/baton/store/redisconn"
 )
 
 var shared *redistest.Server
@@ -50,7 +51,7 @@ func newStore(t *testing.T, opt store.Options) *store.Store {
 
 func newStoreOn(t *testing.T, srv *redistest.Server, opt store.Options) *store.Store {
 	t.Helper()
-	rdb, err := store.NewClient(srv.URL())
+	rdb, err := redisconn.NewClient(srv.URL())
 	if err != nil {
 		t.Fatal(err)
 	}

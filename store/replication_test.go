@@ -12,6 +12,7 @@ import (
 	"github.com/batonhq/baton/internal/redistest"
 	"github.com/batonhq/baton/metrics"
 	"github.com/batonhq/baton/store"
+	"github.com/batonhq/baton/store/redisconn"
 )
 
 // waitCalls is how many WAIT commands srv has run (INFO commandstats).
@@ -128,7 +129,7 @@ func TestSentinelURL(t *testing.T) {
 	}
 	master := redistest.Start(t)
 	sen := redistest.MustStartSentinel(t, redistest.SentinelConfig{MasterName: "locks", Master: master.Addr()})
-	rdb, err := store.NewClient("redis+sentinel://127.0.0.1:1," + sen.Addr() + "/locks/0")
+	rdb, err := redisconn.NewClient("redis+sentinel://127.0.0.1:1," + sen.Addr() + "/locks/0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,9 +174,9 @@ func TestNewClientURLs(t *testing.T) {
 		{give: "redis+cluster://", wantErr: true},
 	}
 	for _, tt := range tests {
-		rdb, err := store.NewClient(tt.give)
+		rdb, err := redisconn.NewClient(tt.give)
 		if (err != nil) != tt.wantErr {
-			t.Errorf("NewClient(%q): got error %v, want error: %v", tt.give, err, tt.wantErr)
+			t.Errorf("redisconn.NewClient(%q): got error %v, want error: %v", tt.give, err, tt.wantErr)
 		}
 		if rdb != nil {
 			_ = rdb.Close()

@@ -13,6 +13,7 @@ import (
 	"github.com/batonhq/baton/internal/faulthook"
 	"github.com/batonhq/baton/internal/redistest"
 	"github.com/batonhq/baton/store"
+	"github.com/batonhq/baton/store/redisconn"
 )
 
 // These tests check the contract around calls whose outcome the gateway does
@@ -31,7 +32,7 @@ const settleWindow = 5 * time.Second
 // own goes untagged.
 func faultyStore(t *testing.T, opt store.Options) (*store.Store, *faulthook.Hook) {
 	t.Helper()
-	rdb, err := store.NewClient(shared.URL())
+	rdb, err := redisconn.NewClient(shared.URL())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,7 +407,7 @@ func TestRefusedCallLeavesNothingToUndo(t *testing.T) {
 		srv := redistest.Start(t)
 		var s *store.Store
 		if gated {
-			rdb, gate, err := store.NewGatedClient(srv.URL())
+			rdb, gate, err := redisconn.NewGatedClient(srv.URL())
 			if err != nil {
 				t.Fatal(err)
 			}
